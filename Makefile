@@ -1,0 +1,94 @@
+# Targets for developers and CI. Tests run against a real Redis Cluster that
+# internal/redistest starts per test package: in containers when a Docker
+# engine answers, else as local processes (SLOTLOCK_CLUSTER=docker|process
+# forces one).
+
+GO          ?= go
+PKGS        ?= ./...
+TEST_FLAGS  ?= -race -count=1 -timeout 20m
+# staticcheck 2026.2.2: the first release line that understands Go 1.26.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+STATE       := .cache
+
+.PHONY: all test test-docker test-process ensure-redis vet lint bench cluster-up cluster-down
+
+all: lint test
+
+ensure-redis:
+	@scripts/ensure-redis.sh
+
+vet:
+	$(GO) vet $(PKGS)
+
+test: ensure-redis vet
+	$(GO) test $(TEST_FLAGS) $(PKGS)
+
+test-docker:
+	SLOTLOCK_CLUSTER=docker $(MAKE) test
+
+test-process:
+	SLOTLOCK_CLUSTER=process $(MAKE) test
+
+lint:
+	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(GO) run $(STATICCHECK) $(PKGS)
+
+# The benchmark suite (bench/, a module of its own so that the peer
+# libraries stay out of go.mod): slotlock against sequential SET NX,
+# redsync, rueidislock, redislock and a raw pipeline, on one 3+3 cluster,
+# plus the slot package's micro-benchmarks. bench writes docs/benchmarks.md
+# and docs/benchmarks/ (under 10 minutes on 2 cores); bench-short is the CI
+# smoke run (under 2 minutes) and writes bench/out/ instead.
+.PHONY: bench-short
+bench: ensure-redis
+	cd bench && $(GO) run ./cmd/slotbench
+
+bench-short: ensure-redis
+	cd bench && SLOTLOCK_BENCH_SHORT=1 $(GO) run ./cmd/slotbench
+
+# A cluster for manual use that stays up until cluster-down. Its addresses
+# are in .cache/devcluster.addrs (comma separated), e.g.
+#   redis-cli -c -p "$$(cut -d, -f1 .cache/devcluster.addrs | cut -d: -f2)"
+# DEVCLUSTER_FLAGS="-backend docker" picks the other backend.
+cluster-up: ensure-redis
+	@mkdir -p $(STATE)
+	@if [ -f $(STATE)/devcluster.pid ] && kill -0 "$$(cat $(STATE)/devcluster.pid)" 2>/dev/null; then \
+		echo "devcluster already running: $$(cat $(STATE)/devcluster.addrs 2>/dev/null)"; exit 0; \
+	fi; \
+	$(GO) build -o $(STATE)/devcluster ./internal/redistest/cmd/devcluster || exit 1; \
+	rm -f $(STATE)/devcluster.addrs $(STATE)/devcluster.pid; \
+	nohup $(STATE)/devcluster -state $(STATE) $(DEVCLUSTER_FLAGS) >$(STATE)/devcluster.log 2>&1 & \
+	pid=$$!; \
+	for i in $$(seq 1 600); do \
+		if [ -f $(STATE)/devcluster.addrs ]; then echo "devcluster up (pid $$pid): $$(cat $(STATE)/devcluster.addrs)"; exit 0; fi; \
+		if ! kill -0 $$pid 2>/dev/null; then echo "devcluster failed:"; cat $(STATE)/devcluster.log; exit 1; fi; \
+		sleep 0.1; \
+	done; \
+	echo "devcluster not ready after 60 s; see $(STATE)/devcluster.log"; kill $$pid; exit 1
+
+cluster-down:
+	@if [ ! -f $(STATE)/devcluster.pid ]; then echo "no devcluster running"; exit 0; fi; \
+	pid="$$(cat $(STATE)/devcluster.pid)"; \
+	kill -TERM "$$pid" 2>/dev/null || true; \
+	for i in $$(seq 1 300); do kill -0 "$$pid" 2>/dev/null || { echo "devcluster stopped"; exit 0; }; sleep 0.1; done; \
+	echo "devcluster (pid $$pid) did not stop in 30 s"; exit 1
+
+# The fault suite (cluster_test) at length: every scenario runs longer and
+# more often than the short run that `make test` includes (SLOTLOCK_CHAOS=long),
+# bounded by CHAOS_TIMEOUT. The full log goes to .cache/chaos.log and one
+# JSON line per scenario to .cache/chaos-report.jsonl, the source of the
+# table in docs/faults.md. SLOTLOCK_CLUSTER picks the backend as for test;
+# CHAOS_RUN narrows the scenarios (a -run pattern).
+CHAOS_TIMEOUT ?= 60m
+CHAOS_RUN     ?= .
+
+.PHONY: chaos
+chaos: ensure-redis
+	@mkdir -p $(STATE); rm -f $(STATE)/chaos-report.jsonl
+	@echo "fault suite, long run: log in $(STATE)/chaos.log"
+	@SLOTLOCK_CHAOS=long SLOTLOCK_CHAOS_REPORT="$(CURDIR)/$(STATE)/chaos-report.jsonl" \
+		$(GO) test -race -count=1 -v -timeout $(CHAOS_TIMEOUT) -run '$(CHAOS_RUN)' ./cluster_test >$(STATE)/chaos.log 2>&1; \
+	status=$$?; \
+	grep -E '^(--- |    --- |ok|FAIL)|chaos report' $(STATE)/chaos.log; \
+	exit $$status

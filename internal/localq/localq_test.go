@@ -1,0 +1,106 @@
+package localq
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestTryAcquireAllOrNothing(t *testing.T) {
+	q := New()
+	a, b := &Holder{}, &Holder{}
+	require.Nil(t, q.TryAcquire([]string{"x", "y"}, a))
+	cs := q.TryAcquire([]string{"w", "y", "z"}, b)
+	require.Equal(t, []Conflict{{Index: 1, TTL: -1}}, cs)
+	require.Equal(t, 2, q.Len(), "b took nothing")
+	q.Release([]string{"x", "y"}, a)
+	require.Zero(t, q.Len())
+}
+
+func TestWaitersAreServedInArrivalOrder(t *testing.T) {
+	q := New()
+	first := &Holder{}
+	require.NoError(t, q.Acquire(context.Background(), []string{"k"}, first))
+	var mu sync.Mutex
+	var order []int
+	var wg sync.WaitGroup
+	for i := range 5 {
+		h := &Holder{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			require.NoError(t, q.Acquire(context.Background(), []string{"k"}, h))
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			q.Release([]string{"k"}, h)
+		}()
+		// Wait until waiter i is queued before starting the next one.
+		require.Eventually(t, func() bool {
+			q.mu.Lock()
+			defer q.mu.Unlock()
+			return len(q.m["k"].queue) == i+1
+		}, time.Second, time.Millisecond)
+	}
+	q.Release([]string{"k"}, first)
+	wg.Wait()
+	require.Equal(t, []int{0, 1, 2, 3, 4}, order)
+	require.Zero(t, q.Len())
+}
+
+func TestCancelledWaiterLeavesTheQueue(t *testing.T) {
+	q := New()
+	a, b, c := &Holder{}, &Holder{}, &Holder{}
+	require.NoError(t, q.Acquire(context.Background(), []string{"k"}, a))
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- q.Acquire(ctx, []string{"j", "k"}, b) }()
+	require.Eventually(t, func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return len(q.m["k"].queue) == 1
+	}, time.Second, time.Millisecond)
+	cancel()
+	require.ErrorIs(t, <-errc, context.Canceled)
+	// b gave back j and left k's queue: c gets j at once.
+	require.Nil(t, q.TryAcquire([]string{"j"}, c))
+	q.Release([]string{"j"}, c)
+	q.Release([]string{"k"}, a)
+	require.Zero(t, q.Len())
+}
+
+func TestExpiredHolderIsTakenOver(t *testing.T) {
+	q := New()
+	old, next := &Holder{}, &Holder{}
+	require.NoError(t, q.Acquire(context.Background(), []string{"k"}, old))
+	old.SetDeadline(time.Now().Add(30 * time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// The old holder never releases: the waiter takes over after its
+	// deadline (Redis still has the last word).
+	require.NoError(t, q.Acquire(ctx, []string{"k"}, next))
+	require.False(t, time.Now().Before(time.Unix(0, old.deadline.Load())))
+	q.Release([]string{"k"}, old) // late release of a taken-over key: no effect
+	cs := q.TryAcquire([]string{"k"}, &Holder{})
+	require.Len(t, cs, 1, "next still holds k")
+	q.Release([]string{"k"}, next)
+	require.Zero(t, q.Len())
+}
+
+func TestSameOwnerShares(t *testing.T) {
+	q := New()
+	a, b := &Holder{Owner: "o"}, &Holder{Owner: "o"}
+	other := &Holder{Owner: "p"}
+	require.NoError(t, q.Acquire(context.Background(), []string{"k"}, a))
+	require.NoError(t, q.Acquire(context.Background(), []string{"k", "l"}, b))
+	require.Len(t, q.TryAcquire([]string{"k"}, other), 1)
+	q.Release([]string{"k"}, a)
+	require.Len(t, q.TryAcquire([]string{"k"}, other), 1, "b still holds k")
+	q.Release([]string{"k", "l"}, b)
+	require.Nil(t, q.TryAcquire([]string{"k"}, other))
+	q.Release([]string{"k"}, other)
+	require.Zero(t, q.Len())
+}

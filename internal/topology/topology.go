@@ -1,0 +1,249 @@
+// Package topology reads which master owns each hash slot from a live
+// cluster (CLUSTER SHARDS, falling back to CLUSTER SLOTS) and keeps the
+// current view, refreshed on demand when a reply shows it is stale (a MOVED,
+// a "non local key" from a script, a failover).
+package topology
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/slotlock/slotlock/slot"
+)
+
+// ErrTopology reports that the slot map could not be read or is incomplete.
+var ErrTopology = errors.New("topology: cannot read the slot map")
+
+// minRefreshGap bounds how often a storm of stale replies can make us ask
+// the cluster again: every caller that sees a stale reply within the gap
+// shares one refresh.
+const minRefreshGap = 50 * time.Millisecond
+
+// Source keeps the current slot map of one client.
+type Source struct {
+	client rueidis.Client
+
+	cur atomic.Pointer[slot.Map]
+	gen atomic.Uint64 // bumped on every successful refresh
+
+	mu      sync.Mutex // serialises refreshes
+	lastRun time.Time
+}
+
+// New returns a Source for client. It reads nothing until Current or
+// Refresh is called.
+func New(client rueidis.Client) *Source {
+	return &Source{client: client}
+}
+
+// Current returns the slot map, reading it first if none was read yet.
+func (s *Source) Current(ctx context.Context) (*slot.Map, error) {
+	if m := s.cur.Load(); m != nil {
+		return m, nil
+	}
+	return s.Refresh(ctx, 0)
+}
+
+// Generation returns a number that changes whenever the map is replaced;
+// pass it to Refresh so that callers who saw the same stale map refresh once.
+func (s *Source) Generation() uint64 { return s.gen.Load() }
+
+// Refresh reads the slot map again unless another caller already replaced
+// the map seen at generation seen, and returns the newest map.
+func (s *Source) Refresh(ctx context.Context, seen uint64) (*slot.Map, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m := s.cur.Load(); m != nil && s.gen.Load() != seen {
+		return m, nil // someone refreshed since the caller looked
+	}
+	if wait := minRefreshGap - time.Since(s.lastRun); wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, context.Cause(ctx)
+		}
+	}
+	s.lastRun = time.Now()
+	m, err := Read(ctx, s.client)
+	if err != nil {
+		if old := s.cur.Load(); old != nil {
+			return old, err
+		}
+		return nil, err
+	}
+	s.cur.Store(m)
+	s.gen.Add(1)
+	return m, nil
+}
+
+// Read fetches the slot map once. A standalone (or sentinel) client gets a
+// map where its one node owns every slot.
+func Read(ctx context.Context, c rueidis.Client) (*slot.Map, error) {
+	if c.Mode() != rueidis.ClientModeCluster {
+		addr := "standalone"
+		for a := range c.Nodes() {
+			addr = a
+		}
+		return slot.SingleNode(addr), nil
+	}
+	m, errShards := readShards(ctx, c)
+	if errShards == nil {
+		return m, nil
+	}
+	// CLUSTER SHARDS is Redis 7+; older servers and some proxies only know
+	// CLUSTER SLOTS.
+	m, errSlots := readSlots(ctx, c)
+	if errSlots == nil {
+		return m, nil
+	}
+	return nil, fmt.Errorf("%w: CLUSTER SHARDS: %v; CLUSTER SLOTS: %w", ErrTopology, errShards, errSlots)
+}
+
+// do runs one command and returns when it answers or ctx ends, whichever
+// comes first: rueidis can wait for a redial of a paused node without
+// watching the caller's context, and a slot map read must not hang the
+// Locker behind it. A late reply is discarded.
+func do(ctx context.Context, c rueidis.Client, cmd rueidis.Completed) rueidis.RedisResult {
+	ch := make(chan rueidis.RedisResult, 1)
+	go func() { ch <- c.Do(ctx, cmd) }()
+	select {
+	case r := <-ch:
+		return r
+	case <-ctx.Done():
+		return rueidis.NewErrorResult(context.Cause(ctx))
+	}
+}
+
+func readShards(ctx context.Context, c rueidis.Client) (*slot.Map, error) {
+	shards, err := do(ctx, c, c.B().ClusterShards().Build()).ToArray()
+	if err != nil {
+		return nil, err
+	}
+	m := slot.NewMap()
+	for _, sh := range shards {
+		f, err := sh.AsMap()
+		if err != nil {
+			return nil, err
+		}
+		slots, nodesMsg := f["slots"], f["nodes"]
+		ranges, err := slots.AsIntSlice()
+		if err != nil {
+			return nil, fmt.Errorf("shard slots: %w", err)
+		}
+		if len(ranges) == 0 {
+			continue // Redis 7.0 can list a replica as its own empty shard
+		}
+		nodes, err := nodesMsg.ToArray()
+		if err != nil {
+			return nil, fmt.Errorf("shard nodes: %w", err)
+		}
+		addr := ""
+		for _, n := range nodes {
+			nf, err := n.AsMap()
+			if err != nil {
+				return nil, err
+			}
+			role := nf["role"]
+			if r, _ := role.ToString(); r != "master" {
+				continue
+			}
+			addr = shardNodeAddr(nf)
+		}
+		if addr == "" {
+			return nil, fmt.Errorf("a shard owning slots %v has no master", ranges)
+		}
+		for i := 0; i+1 < len(ranges); i += 2 {
+			if err := m.Assign(uint16(ranges[i]), uint16(ranges[i+1]), addr); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := m.Covered(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func shardNodeAddr(nf map[string]rueidis.RedisMessage) string {
+	endpoint, ip, portMsg, tlsPort := nf["endpoint"], nf["ip"], nf["port"], nf["tls-port"]
+	host, _ := endpoint.ToString()
+	if host == "" || host == "?" {
+		host, _ = ip.ToString()
+	}
+	port, err := portMsg.AsInt64()
+	if err != nil {
+		port, _ = tlsPort.AsInt64()
+	}
+	return net.JoinHostPort(host, strconv.FormatInt(port, 10))
+}
+
+func readSlots(ctx context.Context, c rueidis.Client) (*slot.Map, error) {
+	ranges, err := do(ctx, c, c.B().ClusterSlots().Build()).ToArray()
+	if err != nil {
+		return nil, err
+	}
+	m := slot.NewMap()
+	for _, r := range ranges {
+		f, err := r.ToArray()
+		if err != nil || len(f) < 3 {
+			return nil, fmt.Errorf("bad CLUSTER SLOTS entry: %v", err)
+		}
+		lo, err1 := f[0].AsInt64()
+		hi, err2 := f[1].AsInt64()
+		master, err3 := f[2].ToArray()
+		if err := errors.Join(err1, err2, err3); err != nil || len(master) < 2 {
+			return nil, fmt.Errorf("bad CLUSTER SLOTS entry: %v", err)
+		}
+		host, _ := master[0].ToString()
+		port, _ := master[1].AsInt64()
+		if err := m.Assign(uint16(lo), uint16(hi), net.JoinHostPort(host, strconv.FormatInt(port, 10))); err != nil {
+			return nil, err
+		}
+	}
+	if err := m.Covered(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// IsStale reports whether a Redis error says the slot map used to route a
+// command no longer matches the cluster: the keys of the call live
+// elsewhere now, or a slot is in the middle of a migration.
+func IsStale(err error) bool {
+	if err == nil {
+		return false
+	}
+	if re, ok := rueidis.IsRedisErr(err); ok {
+		if _, moved := re.IsMoved(); moved {
+			return true
+		}
+		if _, ask := re.IsAsk(); ask {
+			return true
+		}
+		if re.IsTryAgain() || re.IsClusterDown() {
+			return true
+		}
+	}
+	msg := err.Error()
+	// A script that touches a key of a slot this node no longer serves
+	// (or serves only through ASKING) fails with this text; nothing it
+	// would have written after that point was written.
+	return strings.Contains(msg, "non local key") ||
+		strings.Contains(msg, "do not hash to the same slot") ||
+		strings.Contains(msg, "CROSSSLOT") ||
+		strings.Contains(msg, "TRYAGAIN") ||
+		strings.HasPrefix(msg, "MOVED ") ||
+		strings.HasPrefix(msg, "ASK ") ||
+		strings.HasPrefix(msg, "CLUSTERDOWN")
+}
