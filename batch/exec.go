@@ -1,0 +1,223 @@
+package batch
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// waitAfter asks exec to follow each node's calls with
+// WAIT replicas timeout, on the same connection.
+type waitAfter struct {
+	replicas int
+	timeout  time.Duration
+}
+
+// nodeRun is the part of one operation that goes to one node.
+type nodeRun struct {
+	node  string
+	calls []int // indexes into the operation's calls
+	// direct: the calls go through the node's own client, which never
+	// follows MOVED or ASK. A call that covers a whole node declares only
+	// its routing key; followed to another node (ASK during a migration),
+	// it would read the keys it did not declare there, where they may be
+	// absent though held on the source, and grant them twice. Unfollowed,
+	// the redirection comes back as an error (nothing ran), and the node's
+	// keys are resent one call per slot, with every key declared, which is
+	// where Redis enforces the migration rules (TRYAGAIN while a slot's keys
+	// are split).
+	direct rueidis.Client
+}
+
+// nodeResult is what one node's goroutine sends back.
+type nodeResult struct {
+	run   int
+	res   []rueidis.RedisResult // one per call of the run
+	wait  rueidis.RedisResult
+	hasWt bool
+}
+
+// exec runs the calls of one operation: each node's calls pipelined in one
+// DoMulti, every node in its own goroutine. A node's goroutine resends its
+// NOSCRIPT replies as EVAL at once (a cold script cache, as after a
+// failover, costs that node one more round trip and nobody else anything).
+// exec returns when every node answered or ctx ended; a node that has not
+// answered by then (a paused node, or rueidis waiting for a redial that
+// does not watch the caller's context) gets ErrUnknownOutcome for its
+// calls, and its goroutine finishes in the background, its result
+// discarded. With w, each node's calls are followed by a WAIT on the same
+// connection; its reply comes back keyed by node address.
+func (e *Engine) exec(ctx context.Context, calls []call, jobs []job, w *waitAfter) ([]rueidis.RedisResult, map[string]rueidis.RedisResult) {
+	runs := e.groupRuns(calls)
+	out := make([]rueidis.RedisResult, len(calls))
+	var waits map[string]rueidis.RedisResult
+	if w != nil {
+		waits = make(map[string]rueidis.RedisResult, len(runs))
+	}
+	results := make(chan nodeResult, len(runs)) // never blocks a late sender
+	for i := range runs {
+		go func() { results <- e.runNode(ctx, i, runs[i], calls, jobs, w) }()
+	}
+	got := make([]bool, len(runs))
+	for range runs {
+		select {
+		case r := <-results:
+			got[r.run] = true
+			for k, ci := range runs[r.run].calls {
+				out[ci] = r.res[k]
+			}
+			if r.hasWt {
+				waits[runs[r.run].node] = r.wait
+			}
+		case <-ctx.Done():
+			err := context.Cause(ctx)
+			for ri, run := range runs {
+				if got[ri] {
+					continue
+				}
+				for _, ci := range run.calls {
+					out[ci] = rueidis.NewErrorResult(err)
+				}
+				if w != nil {
+					waits[run.node] = rueidis.NewErrorResult(err)
+				}
+			}
+			return out, waits
+		}
+	}
+	return out, waits
+}
+
+// groupRuns splits calls by node, keeping their order; node-wide calls of a
+// cluster get the node's own client.
+func (e *Engine) groupRuns(calls []call) []nodeRun {
+	var runs []nodeRun
+	idx := map[string]int{}
+	for ci, c := range calls {
+		ri, ok := idx[c.node]
+		if !ok {
+			ri = len(runs)
+			idx[c.node] = ri
+			runs = append(runs, nodeRun{node: c.node})
+		}
+		runs[ri].calls = append(runs[ri].calls, ci)
+		if !c.perSlot && runs[ri].direct == nil {
+			runs[ri].direct = e.nodeClient(c.node)
+		}
+	}
+	return runs
+}
+
+// nodeClient returns the client of one cluster node that sends commands to
+// that node only. On a standalone deployment the client itself is that.
+func (e *Engine) nodeClient(addr string) rueidis.Client {
+	if e.client.Mode() != rueidis.ClientModeCluster {
+		return e.client
+	}
+	e.nodesMu.Lock()
+	defer e.nodesMu.Unlock()
+	if c, ok := e.nodes[addr]; ok && e.nodesGen == e.topo.Generation() {
+		return c
+	}
+	e.nodesGen = e.topo.Generation()
+	// rueidis names nodes by the address the cluster announces, as the
+	// slot map does; a node it has just learnt of appears here on its next
+	// refresh.
+	e.nodes = e.client.Nodes()
+	return e.nodes[addr] // nil: runNode reports the node unreachable
+}
+
+// forgetNode drops the cached client of a node, so that the next call takes
+// the one rueidis has now.
+func (e *Engine) forgetNode(addr string) {
+	e.nodesMu.Lock()
+	delete(e.nodes, addr)
+	e.nodesMu.Unlock()
+}
+
+func (e *Engine) runNode(ctx context.Context, ri int, run nodeRun, calls []call, jobs []job, w *waitAfter) nodeResult {
+	r := nodeResult{run: ri, res: make([]rueidis.RedisResult, len(run.calls))}
+	client := e.client
+	direct := false
+	for _, ci := range run.calls {
+		direct = direct || !calls[ci].perSlot
+	}
+	if direct {
+		if run.direct == nil {
+			for k := range r.res {
+				r.res[k] = rueidis.NewErrorResult(errNoNodeClient(run.node))
+			}
+			return r
+		}
+		client = run.direct
+	}
+	build := func(eval bool, which []int) rueidis.Commands {
+		cmds := make(rueidis.Commands, 0, len(which)+1)
+		for _, k := range which {
+			c := calls[run.calls[k]]
+			cmds = append(cmds, e.build(c, jobs[c.job], eval))
+		}
+		if w != nil {
+			c := calls[run.calls[which[len(which)-1]]]
+			cmds = append(cmds, e.waitCmd(w, jobs[c.job].set.Lock[c.idx[0]]))
+		}
+		return cmds
+	}
+	all := make([]int, len(run.calls))
+	for k := range all {
+		all[k] = k
+	}
+	res := client.DoMulti(ctx, build(false, all)...)
+	copy(r.res, res[:len(run.calls)])
+	if direct {
+		for _, x := range res {
+			if x.NonRedisError() != nil {
+				// rueidis may have closed this connection and dialled a new
+				// one (after an error, a failover, a refresh): the client
+				// taken from Nodes() keeps the old one. Take it afresh.
+				e.forgetNode(run.node)
+				break
+			}
+		}
+	}
+	if w != nil {
+		r.wait, r.hasWt = res[len(run.calls)], true
+	}
+	var again []int
+	for k, x := range r.res {
+		if re, ok := rueidis.IsRedisErr(x.Error()); ok && re.IsNoScript() {
+			again = append(again, k)
+		}
+	}
+	if len(again) == 0 {
+		return r
+	}
+	// The first WAIT ran before these scripts and says nothing of them;
+	// the resend carries its own.
+	res = client.DoMulti(ctx, build(true, again)...)
+	for j, k := range again {
+		r.res[k] = res[j]
+	}
+	if w != nil {
+		r.wait = res[len(again)]
+	}
+	return r
+}
+
+// waitCmd is WAIT pinned to the node that owns route's slot.
+func (e *Engine) waitCmd(w *waitAfter, route string) rueidis.Completed {
+	return e.client.B().Wait().Numreplicas(int64(w.replicas)).
+		Timeout(w.timeout.Milliseconds()).Build().SetSlot(route)
+}
+
+// noNodeClient reports a node of the slot map that rueidis has no
+// connection for yet: nothing was sent; the slot map is refreshed and the
+// call planned again.
+type noNodeClient struct{ node string }
+
+func (e noNodeClient) Error() string {
+	return "no connection to node " + e.node + " (not in the client's topology yet)"
+}
+
+func errNoNodeClient(node string) error { return noNodeClient{node} }

@@ -1,0 +1,65 @@
+package batch
+
+import (
+	"crypto/sha1"
+	_ "embed"
+	"encoding/hex"
+
+	"github.com/slotlock/slotlock/reentrant"
+)
+
+var (
+	//go:embed scripts/common.lua
+	commonLua string
+	//go:embed scripts/acquire.lua
+	acquireBody string
+	//go:embed scripts/release.lua
+	releaseBody string
+	//go:embed scripts/extend.lua
+	extendBody string
+	//go:embed scripts/guard.lua
+	guardBody string
+)
+
+// Shebangs. A script that declares flags makes Redis check for OOM once,
+// before it runs, instead of at each write: that is what keeps a
+// check-then-write script from stopping half way through its writes.
+// allow-cross-slot-keys (Redis 7+) lets one call per node touch keys of all
+// the node's slots; the call declares one key, which routes it.
+const (
+	shebangNode = "#!lua flags=allow-cross-slot-keys\n"
+	shebangSlot = "#!lua\n"
+)
+
+// script is one Lua body in its two forms: one call per node, keys in ARGV;
+// or one call per slot, keys in KEYS. Each form is the shebang, the shared
+// helpers (common.lua, and reentrant's hold.lua) and the body, all embedded
+// files: Redis has no include, so the helpers travel with every script.
+type script struct {
+	name               string
+	nodeText, slotText string
+	nodeSHA, slotSHA   string
+}
+
+func newScript(name, body string) *script {
+	s := &script{
+		name:     name,
+		nodeText: shebangNode + commonLua + reentrant.HoldLua + body,
+		slotText: shebangSlot + commonLua + reentrant.HoldLua + body,
+	}
+	s.nodeSHA = sha1Hex(s.nodeText)
+	s.slotSHA = sha1Hex(s.slotText)
+	return s
+}
+
+func sha1Hex(s string) string {
+	sum := sha1.Sum([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+var (
+	acquireScript = newScript("acquire", acquireBody)
+	releaseScript = newScript("release", releaseBody)
+	extendScript  = newScript("extend", extendBody)
+	guardScript   = newScript("guard", guardBody)
+)

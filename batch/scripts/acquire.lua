@@ -1,0 +1,111 @@
+-- acquire: take lock keys, checking every key before writing any, so that
+-- a failure (a conflict, or a key of a slot this node no longer serves,
+-- which raises an error on first touch) leaves nothing written.
+--
+-- ARGV[1] holder: the lease token, or the owner token of a reentrant lease
+-- ARGV[2] lease token of a reentrant lease, "" otherwise
+-- ARGV[3] ttl in milliseconds (server-side expiry; no client clock here)
+-- ARGV[4] mode: 'a' all or nothing, reporting up to 64 conflicts, or 'w'
+--         take the keys before the first conflict (a waiter's canonical
+--         prefix) and mark the conflicting key as waited on; followed by
+--         'f' when grants take fencing tokens
+-- ARGV[5..] the lock keys in canonical order (slot, then bytes), when the
+--         call covers a whole node (KEYS[1] then only routes the call).
+--         A call for one slot passes ARGV[5] = "" and ARGV[6] = n instead:
+--         the lock keys are KEYS[1..n], and the KEYS after them (the slot's
+--         fence counter, the hold sets) are declared only so that Redis
+--         applies its migration rules (TRYAGAIN while a slot's keys are
+--         split between two nodes) to every key the script touches.
+--
+-- A key already held by the holder counts as taken: a retry of the same
+-- lease, or another lease of the same owner (then the lease joins the
+-- key's hold set). Expiry only ever moves later for such a key.
+--
+-- Returns {granted, nconflicts, i1, pttl1, ..., fence1, ..., fence_granted}:
+-- the first `granted` keys are held; each i is the 1-based position of a key
+-- held by someone else, with its remaining time in ms (-1: no expiry); the
+-- fences (with 'f') are the fencing tokens of the granted keys, in order.
+local holder, lease, ttl, mode = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local keys, first, last = ARGV, 5, #ARGV
+if ARGV[5] == '' then
+  keys, first, last = KEYS, 1, tonumber(ARGV[6])
+end
+local wait = string.sub(mode, 1, 1) == 'w'
+local fencing = string.find(mode, 'f', 1, true) ~= nil
+
+local conflicts = {}
+local stop = last + 1 -- first key not taken
+local vals = {}
+for i = first, last do
+  local v = redis.call('GET', keys[i])
+  if v and v ~= holder and holder_of(v) ~= holder then
+    if stop > last then
+      stop = i
+    end
+    conflicts[#conflicts + 1] = i - first + 1
+    conflicts[#conflicts + 1] = redis.call('PTTL', keys[i])
+    if wait or #conflicts >= 128 then
+      break
+    end
+  end
+  vals[i] = v or false
+end
+
+local out = {0, #conflicts / 2}
+for _, c in ipairs(conflicts) do
+  out[#out + 1] = c
+end
+if not wait and stop <= last then
+  return out
+end
+
+local fence_slot, fence = nil, 0
+for i = first, stop - 1 do
+  local k, v = keys[i], vals[i]
+  local f = 0
+  if not v then
+    local val = holder
+    if fencing then
+      -- One increment per slot and grant: every grant of a key takes a
+      -- number above every earlier grant in its slot.
+      local fk = slot_key(k, '#fence')
+      if fk ~= fence_slot then
+        fence_slot, fence = fk, redis.call('INCR', fk)
+      end
+      f = fence
+      val = holder .. '.' .. f
+    end
+    redis.call('SET', k, val, 'PX', ttl)
+    if lease ~= '' then
+      local h = hold_key(k)
+      redis.call('DEL', h) -- members left by a lock that was deleted by hand
+      redis.call('HSET', h, lease, 1)
+      redis.call('PEXPIRE', h, ttl)
+    end
+  else
+    f = fence_of(v)
+    local left = redis.call('PTTL', k)
+    if left >= 0 and left < ttl then
+      redis.call('PEXPIRE', k, ttl)
+    end
+    if lease ~= '' then
+      local h = hold_key(k)
+      redis.call('HSET', h, lease, 1)
+      local hl = redis.call('PTTL', h)
+      if hl < ttl then
+        redis.call('PEXPIRE', h, math.max(ttl, left))
+      end
+    end
+  end
+  if fencing then
+    out[#out + 1] = f
+  end
+end
+if stop <= last then
+  local held = redis.call('GET', keys[stop])
+  if string.byte(held, -1) ~= 33 then -- '!'
+    redis.call('SET', keys[stop], held .. '!', 'KEEPTTL')
+  end
+end
+out[1] = stop - first
+return out

@@ -1,0 +1,51 @@
+-- release: delete the lock keys the lease still holds, and leave every other
+-- key alone (an expired lock may belong to someone else by now). Every key
+-- is read before any is written: a key of a slot this node no longer
+-- serves (a reshard in progress) fails the call on first touch, and then
+-- nothing has been deleted, so the caller can resend the whole call to the
+-- right node and get a true account of what was still held.
+-- A reentrant lease leaves the key's hold set; the key goes when the set is
+-- empty. A key a waiter marked ('!') gets a message on the sharded channel
+-- named like the key, so the waiter wakes at once instead of at its timer.
+--
+-- ARGV[1] holder, ARGV[2] lease token of a reentrant lease or ""
+-- ARGV[3..] the lock keys when the call covers a whole node; a call for one
+-- slot passes ARGV[3] = "", ARGV[4] = n: the lock keys are KEYS[1..n] (the
+-- KEYS after them, hold sets, are declared for Redis's migration rules).
+--
+-- Returns the 1-based positions of the keys that the lease did not hold.
+local holder, lease = ARGV[1], ARGV[2]
+local keys, first, last = ARGV, 3, #ARGV
+if ARGV[3] == '' then
+  keys, first, last = KEYS, 1, tonumber(ARGV[4])
+end
+
+local lost = {}
+local ours = {}
+for i = first, last do
+  local v = redis.call('GET', keys[i])
+  local mine = is_mine(keys[i], v, holder, lease)
+  if mine then
+    ours[i] = v
+  else
+    lost[#lost + 1] = i - first + 1
+  end
+end
+for i = first, last do
+  local v = ours[i]
+  if v then
+    local gone = true
+    if lease ~= '' then
+      local h = hold_key(keys[i])
+      redis.call('HDEL', h, lease)
+      gone = redis.call('HLEN', h) == 0
+    end
+    if gone then
+      redis.call('DEL', keys[i])
+      if string.byte(v, -1) == 33 then -- '!'
+        redis.call('SPUBLISH', keys[i], 'r')
+      end
+    end
+  end
+end
+return lost

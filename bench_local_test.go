@@ -1,0 +1,85 @@
+package slotlock_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/slotlock/slotlock"
+)
+
+// commandsProcessed sums total_commands_processed over the masters: the
+// Redis work a benchmark caused (benchmarks run alone, -run '^$').
+func commandsProcessed(b *testing.B, e *env) int64 {
+	ctx := context.Background()
+	masters, err := e.c.Masters(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total int64
+	for _, m := range masters {
+		info, err := m.Info(ctx, "stats")
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				total += n
+			}
+		}
+	}
+	return total
+}
+
+// benchOneKey locks and releases one key from `goroutines` goroutines of one
+// Locker and reports the Redis commands each acquisition cost, as Redis
+// counts them (total_commands_processed, which includes the commands a
+// script runs: uncontended that is 6, EVALSHA+GET+SET to lock and
+// EVALSHA+GET+DEL to release). With the in-process queue the contended
+// figure stays at the uncontended one, because waiters queue in memory;
+// without it they meet in Redis and pay for conflicts, subscriptions and
+// retries.
+func benchOneKey(b *testing.B, goroutines int, opt slotlock.Options) {
+	e := newEnv(b)
+	opt.TTL = 10 * time.Second
+	l := e.locker(opt)
+	ctx := context.Background()
+	before := commandsProcessed(b, e)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(b.N) {
+				lease, err := l.Lock(ctx, "hot")
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if err := lease.Release(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	cmds := commandsProcessed(b, e) - before
+	b.ReportMetric(float64(cmds)/float64(b.N), "redis-cmds/op")
+}
+
+func BenchmarkOneKey(b *testing.B) {
+	b.Run("goroutines=1", func(b *testing.B) { benchOneKey(b, 1, slotlock.Options{}) })
+	b.Run("goroutines=64/local-queue", func(b *testing.B) { benchOneKey(b, 64, slotlock.Options{}) })
+	b.Run("goroutines=64/no-local-queue", func(b *testing.B) {
+		benchOneKey(b, 64, slotlock.Options{NoLocalQueue: true})
+	})
+}

@@ -1,0 +1,114 @@
+package slotlock_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/slotlock/slotlock"
+	"github.com/slotlock/slotlock/internal/redistest"
+)
+
+var cluster *redistest.Cluster
+
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m, redistest.Options{}, &cluster)) }
+
+// env is one test's view of the shared cluster: its own client and its own
+// key prefix, so tests can run in parallel without seeing each other's keys.
+type env struct {
+	t      testing.TB
+	c      *redistest.Cluster
+	client rueidis.Client
+	prefix string
+}
+
+func newEnv(t testing.TB) *env {
+	t.Helper()
+	c := redistest.Require(t, cluster)
+	return newEnvOn(t, c)
+}
+
+func newEnvOn(t testing.TB, c *redistest.Cluster) *env {
+	t.Helper()
+	client, err := c.Client()
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	r := strings.NewReplacer("/", ":", "{", "(", "}", ")", " ", "_")
+	return &env{t: t, c: c, client: client, prefix: "t:" + r.Replace(t.Name())}
+}
+
+// modes are the two ways the engine talks to a node: one script per node
+// (allow-cross-slot-keys), and one per slot. Every behaviour must hold in
+// both.
+var modes = []struct {
+	name    string
+	perSlot bool
+}{{"per-node", false}, {"per-slot", true}}
+
+func (e *env) locker(opt slotlock.Options) *slotlock.Locker {
+	e.t.Helper()
+	opt.Prefix = e.prefix
+	l, err := slotlock.New(e.client, opt)
+	require.NoError(e.t, err)
+	e.t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// lockKeys returns every key under the test's prefix on every master, with
+// its value: the ground truth of what is locked.
+func (e *env) lockKeys() map[string]string {
+	e.t.Helper()
+	ctx := ctxT(e.t, 30*time.Second)
+	masters, err := e.c.Masters(ctx)
+	if err != nil || len(masters) == 0 {
+		masters = e.c.Nodes() // standalone
+	}
+	out := map[string]string{}
+	for _, m := range masters {
+		cursor := "0"
+		for {
+			res, err := m.Do(ctx, "SCAN", cursor, "MATCH", e.prefix+"{*", "COUNT", "1000").ToArray()
+			require.NoError(e.t, err)
+			cursor, err = res[0].ToString()
+			require.NoError(e.t, err)
+			keys, err := res[1].AsStrSlice()
+			require.NoError(e.t, err)
+			for _, k := range keys {
+				v, err := m.Do(ctx, "GET", k).ToString()
+				switch {
+				case err == nil:
+					out[k] = v
+				case rueidis.IsRedisNil(err): // expired since SCAN
+				default:
+					out[k] = "(not a string: " + err.Error() + ")" // a hold set
+				}
+			}
+			if cursor == "0" {
+				break
+			}
+		}
+	}
+	return out
+}
+
+// requireNoneWith fails if any lock key of the prefix carries token (or
+// token with a waiter's mark).
+func (e *env) requireNoneWith(token string) {
+	e.t.Helper()
+	for k, v := range e.lockKeys() {
+		require.False(e.t, v == token || v == token+"!", "key %q still held by failed token %q", k, token)
+	}
+}
+
+func redistestRequire(t testing.TB) { redistest.Require(t, cluster) }

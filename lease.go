@@ -1,0 +1,353 @@
+package slotlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/slotlock/slotlock/batch"
+	"github.com/slotlock/slotlock/internal/localq"
+	"github.com/slotlock/slotlock/slot"
+)
+
+// ErrReleased is the cause a lease's context gets when the lease is
+// released.
+var ErrReleased = errors.New("slotlock: lease released")
+
+// Lease is a set of keys held together under one owner token. Its life is
+// visible: Done closes when it ends (released, or lost), and Context gives
+// work a context that is cancelled at that moment.
+type Lease struct {
+	l      *Locker
+	set    *batch.Set
+	token  string
+	who    batch.Who
+	holder *localq.Holder
+	renew  bool
+	eng    engine // the strategy that took the keys releases them
+
+	mu       sync.Mutex
+	deadline time.Time
+	fences   []int64
+	warning  error
+	ended    bool
+	released bool
+	cause    error // ErrReleased, or a *LostError
+	done     chan struct{}
+	onEnd    map[*struct{}]func(error)
+}
+
+func newLease(l *Locker, set *batch.Set, token string, ctx context.Context) *Lease {
+	le := &Lease{
+		l:      l,
+		set:    set,
+		token:  token,
+		who:    batch.Who{Holder: token},
+		holder: &localq.Holder{},
+		renew:  l.opt.Renew == RenewAlways,
+		done:   make(chan struct{}),
+	}
+	if id, ok := OwnerFrom(ctx); ok {
+		owner := l.ownerToken(id)
+		le.who = batch.Who{Holder: owner, Lease: token}
+		le.holder.Owner = owner
+	}
+	return le
+}
+
+func (le *Lease) granted(g batch.Grant) {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	le.deadline = g.Deadline
+	le.fences = g.Fences
+	le.warning = g.Warning
+	le.holder.SetDeadline(g.Deadline)
+}
+
+// Keys returns the lease's keys in canonical order (by hash slot, then
+// bytes), duplicates removed.
+func (le *Lease) Keys() []string {
+	out := make([]string, le.set.Len())
+	for i, k := range le.set.Keys {
+		out[i] = k.Name
+	}
+	return out
+}
+
+// Token returns the lease's token: 128 random bits. Without an owner it is
+// the value of every one of its lock keys.
+func (le *Lease) Token() string { return le.token }
+
+// Deadline returns when the lease's keys expire unless renewed or extended,
+// as seen by this client: the moment the granting (or renewing) request was
+// SENT plus the TTL. Redis set the expiry when it RECEIVED the request, so
+// the real expiry is no earlier, up to clock-rate drift between client and
+// server.
+func (le *Lease) Deadline() time.Time {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	return le.deadline
+}
+
+// FencingToken returns the fencing token of key's grant, with
+// Options.Fencing: a number that is larger than the token of every earlier
+// grant of that key, to whomever. A store that remembers the largest token
+// it has seen per key and refuses writes with a smaller one cannot be
+// corrupted by a holder that lost its lease without knowing (a long pause).
+// It returns false when fencing is off or key is not one of the lease's.
+func (le *Lease) FencingToken(key string) (int64, bool) {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	if le.fences == nil {
+		return 0, false
+	}
+	i, ok := le.index(key)
+	if !ok {
+		return 0, false
+	}
+	return le.fences[i], true
+}
+
+func (le *Lease) index(key string) (int, bool) {
+	k := slot.Key{Name: key, Slot: slot.KeySlot(key)}
+	lo, hi := 0, le.set.Len()
+	for lo < hi {
+		m := (lo + hi) / 2
+		if slot.Less(le.set.Keys[m], k) {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo, lo < le.set.Len() && le.set.Keys[lo].Name == key
+}
+
+// Warning returns the replica shortfall of the grant, with
+// Options.WarnOnReplicas, and nil otherwise.
+func (le *Lease) Warning() error {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	return le.warning
+}
+
+// Done returns a channel that is closed when the lease ends: released, or
+// lost (a key expired, was deleted by hand, or was taken after expiry).
+// The watchdog notices a loss within one renewal period (TTL/3).
+func (le *Lease) Done() <-chan struct{} { return le.done }
+
+// Err returns nil while the lease is alive, ErrReleased after Release, or a
+// *LostError (errors.Is ErrLeaseLost and ErrNotHeld) naming the lost keys.
+func (le *Lease) Err() error {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	return le.cause
+}
+
+// Context returns a context derived from parent that is cancelled when the
+// lease ends, with Err's value as its cause (context.Cause). Call cancel
+// when the work is done.
+func (le *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	le.mu.Lock()
+	if le.ended {
+		cause := le.cause
+		le.mu.Unlock()
+		cancel(cause)
+		return ctx, func() {}
+	}
+	id := new(struct{})
+	if le.onEnd == nil {
+		le.onEnd = make(map[*struct{}]func(error))
+	}
+	le.onEnd[id] = cancel
+	le.mu.Unlock()
+	return ctx, func() {
+		le.mu.Lock()
+		delete(le.onEnd, id)
+		le.mu.Unlock()
+		cancel(context.Canceled)
+	}
+}
+
+// end records how the lease ended, once, and tells every waiter.
+func (le *Lease) end(cause error) bool {
+	le.mu.Lock()
+	if le.ended {
+		le.mu.Unlock()
+		return false
+	}
+	le.ended = true
+	le.cause = cause
+	fns := le.onEnd
+	le.onEnd = nil
+	le.mu.Unlock()
+	close(le.done)
+	for _, fn := range fns {
+		fn(cause)
+	}
+	le.l.dog.remove(le)
+	if le.l.local != nil {
+		// A lost lease no longer holds its keys for the local waiters
+		// either; Redis still guards whatever it does hold.
+		le.l.local.Release(le.Keys(), le.holder)
+	}
+	return true
+}
+
+func (le *Lease) lostErr() error {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	if errors.Is(le.cause, ErrLeaseLost) {
+		return le.cause
+	}
+	return nil
+}
+
+// lose ends the lease because the keys idx were found not held.
+func (le *Lease) lose(idx []int) {
+	le.end(le.lostError(idx))
+}
+
+// expire ends a lease whose deadline passed without a renewal: every key
+// may be gone.
+func (le *Lease) expire() {
+	le.end(le.lostError(allOf(le.set.Len())))
+}
+
+func allOf(n int) []int {
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	return idx
+}
+
+func (le *Lease) renewed(deadline time.Time) {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	if deadline.After(le.deadline) {
+		le.deadline = deadline
+		le.holder.SetDeadline(deadline)
+	}
+}
+
+// Release deletes every lock key the lease still holds, owner-checked: a key
+// that expired and was taken by someone else is left alone. It is
+// idempotent: after the first call it returns nil. If some keys were no
+// longer held it returns a *LostError naming them (errors.Is ErrNotHeld).
+// A reentrant lease gives up its hold; the key stays locked while other
+// leases of the same owner hold it.
+func (le *Lease) Release(ctx context.Context) error {
+	le.mu.Lock()
+	released := le.released
+	le.mu.Unlock()
+	if released {
+		return nil
+	}
+	lost, err := le.eng.Release(ctx, le.set, nil, le.who)
+	if err != nil && ctx.Err() != nil {
+		// Not done: the caller may call again with time to spare; the
+		// keys expire by their TTL in any case.
+		return fmt.Errorf("slotlock: release: %w", err)
+	}
+	le.mu.Lock()
+	released, le.released = le.released, true
+	le.mu.Unlock()
+	if released {
+		return nil // a concurrent Release got there first
+	}
+	le.end(ErrReleased) // no-op after a loss: Err keeps reporting the loss
+	if err != nil {
+		return fmt.Errorf("slotlock: release: %w", err)
+	}
+	return le.lostError(lost)
+}
+
+// Extend sets the expiry of every key to ttl from now, all or nothing per
+// node. If any key is no longer held it returns a *LostError naming the
+// lost keys, and the lease ends as lost; keys on other nodes may have been
+// extended.
+func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
+	if err := checkTTL(ttl); err != nil {
+		return err
+	}
+	if err := le.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+	}
+	t0 := time.Now()
+	r := le.eng.ExtendMany(ctx, []batch.ExtendJob{{Set: le.set, Who: le.who, TTL: ttl,
+		MinReplicas: le.l.opt.MinReplicas, ReplicaTimeout: le.l.opt.ReplicaTimeout}})
+	lost, err := r[0].Lost, r[0].Err
+	if len(lost) == 0 && err != nil {
+		// Not extended everywhere, or not acknowledged by the replicas:
+		// the deadline stays where it was.
+		return fmt.Errorf("slotlock: extend: %w", err)
+	}
+	if len(lost) > 0 {
+		le.lose(lost)
+		return le.lostError(lost)
+	}
+	le.mu.Lock()
+	le.deadline = t0.Add(ttl)
+	le.holder.SetDeadline(le.deadline)
+	le.mu.Unlock()
+	return nil
+}
+
+// Guard runs one Redis command on the user's keys only while the lease
+// still holds its keys in the same slot: the check and the command run in
+// one script, so nobody can take the lock in between. keys are the keys the
+// command touches, all in one slot, in which the lease must hold at least
+// one key; cmd is the command and its arguments, e.g.
+//
+//	lease.Guard(ctx, []string{"order:42"}, "SET", "order:42", "paid")
+//
+// If a lease key of that slot is no longer held the command does not run and
+// Guard returns a *LostError (errors.Is ErrLeaseLost) and the lease ends as
+// lost.
+func (le *Lease) Guard(ctx context.Context, keys []string, cmd ...string) (rueidis.RedisMessage, error) {
+	if len(keys) == 0 || len(cmd) == 0 {
+		return rueidis.RedisMessage{}, fmt.Errorf("%w: Guard needs keys and a command", ErrInvalid)
+	}
+	s := slot.KeySlot(keys[0])
+	for _, k := range keys[1:] {
+		if slot.KeySlot(k) != s {
+			return rueidis.RedisMessage{}, fmt.Errorf("%w: Guard keys %q and %q are in different slots", ErrInvalid, keys[0], k)
+		}
+	}
+	idx := le.set.SlotIndexes(s)
+	if len(idx) == 0 {
+		return rueidis.RedisMessage{}, fmt.Errorf("%w: the lease holds no key in slot %d of %q", ErrInvalid, s, keys[0])
+	}
+	if err := le.Err(); err != nil {
+		return rueidis.RedisMessage{}, err
+	}
+	lua, ok := le.eng.(*batch.Engine)
+	if !ok {
+		return rueidis.RedisMessage{}, fmt.Errorf("%w: guarded writes need scripts (strategy %v)", ErrUnsupported, StrategyPipeline)
+	}
+	msg, lost, err := lua.Guard(ctx, le.set, idx, le.who, keys, cmd)
+	if err != nil {
+		return rueidis.RedisMessage{}, fmt.Errorf("slotlock: guard: %w", err)
+	}
+	if len(lost) > 0 {
+		le.lose(lost)
+		return rueidis.RedisMessage{}, le.lostError(lost)
+	}
+	return msg, nil
+}
+
+func (le *Lease) lostError(lost []int) error {
+	if len(lost) == 0 {
+		return nil
+	}
+	e := &LostError{Keys: make([]string, len(lost))}
+	for i, idx := range lost {
+		e.Keys[i] = le.set.Keys[idx].Name
+	}
+	return e
+}

@@ -1,0 +1,241 @@
+package slotlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/redis/rueidis"
+
+	"github.com/slotlock/slotlock/batch"
+	"github.com/slotlock/slotlock/internal/localq"
+	"github.com/slotlock/slotlock/internal/topology"
+	"github.com/slotlock/slotlock/pipeline"
+	"github.com/slotlock/slotlock/slot"
+)
+
+// Locker hands out leases on sets of keys of one Redis deployment (a
+// cluster or a single server). It is safe for concurrent use; make one per
+// client and share it: its goroutines queue for keys in memory, and one
+// watchdog renews all its leases.
+type Locker struct {
+	client rueidis.Client
+	opt    Options
+	names  slot.Namer
+	topo   *topology.Source
+	lua    *batch.Engine
+	pipe   *pipeline.Engine
+	// strategy is the Strategy new leases use: StrategyLua or
+	// StrategyPipeline (Auto starts as Lua).
+	strategy atomic.Uint32
+	log      *slog.Logger
+	waker    *batch.Waker
+	local    *localq.Table // nil with Options.NoLocalQueue
+	dog      *watchdog
+	secret   [32]byte // keys owner tokens (WithOwner)
+	closed   atomic.Bool
+	cleanup  batch.Cleanup
+
+	// afterFailure, set only by tests, sees the token of every attempt
+	// that returned an error, so a test can prove the attempt left nothing.
+	afterFailure func(token string, err error)
+}
+
+// New returns a Locker that locks keys through client. It sends nothing
+// until the first lock: the slot map is read then.
+func New(client rueidis.Client, opt Options) (*Locker, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: nil client", ErrInvalid)
+	}
+	opt, names, err := opt.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	topo := topology.New(client)
+	l := &Locker{
+		client:  client,
+		opt:     opt,
+		names:   names,
+		topo:    topo,
+		lua:     batch.New(client, topo, batch.Options{PerSlot: opt.PerSlot}),
+		pipe:    pipeline.New(client, topo),
+		waker:   batch.NewWaker(client),
+		cleanup: batch.Cleanup{Timeout: opt.CleanupTimeout},
+		log:     opt.Logger,
+	}
+	if l.log == nil {
+		l.log = slog.Default()
+	}
+	l.strategy.Store(uint32(StrategyLua))
+	if opt.Strategy == StrategyPipeline {
+		l.strategy.Store(uint32(StrategyPipeline))
+	}
+	if _, err := rand.Read(l.secret[:]); err != nil {
+		return nil, fmt.Errorf("slotlock: secret: %w", err)
+	}
+	if !opt.NoLocalQueue {
+		l.local = localq.New()
+	}
+	l.dog = newWatchdog(l)
+	return l, nil
+}
+
+// Close stops the Locker: its watchdog stops renewing, and later calls fail
+// with ErrClosed. Leases it handed out are not released (other goroutines
+// may still be working under them): they end at their deadline unless
+// released. The client is the caller's and stays open.
+func (l *Locker) Close() error {
+	if l.closed.Swap(true) {
+		return nil
+	}
+	l.dog.close()
+	l.waker.Close()
+	return nil
+}
+
+// Lock takes every key, waiting until all are held by one new lease or ctx
+// ends. It returns with all keys held or none: on any failure (ctx done, a
+// Redis error) whatever was taken is released before it returns.
+//
+// Waiting is fair inside one process (first come, first served per key) and
+// deadlock-free everywhere: keys are taken in one global order and a waiter
+// gives back everything above the key it waits for.
+//
+// With an owner in ctx (WithOwner), keys the owner already holds are taken
+// again: each lease is one hold.
+func (l *Locker) Lock(ctx context.Context, keys ...string) (*Lease, error) {
+	return l.acquire(ctx, keys, true)
+}
+
+// TryLock makes one attempt to take every key. If any is held by someone
+// else it returns an error matching ErrNotAcquired, a *ConflictError that
+// names the held keys and how long their locks have left, and holds none.
+func (l *Locker) TryLock(ctx context.Context, keys ...string) (*Lease, error) {
+	return l.acquire(ctx, keys, false)
+}
+
+// Do takes every key (waiting like Lock), runs fn with a context that is
+// cancelled if the lease is lost (its cause is then ErrLeaseLost), and
+// releases the keys whatever fn returns. It returns fn's error joined with
+// the lease's loss and any release error.
+func (l *Locker) Do(ctx context.Context, keys []string, fn func(ctx context.Context) error) error {
+	lease, err := l.Lock(ctx, keys...)
+	if err != nil {
+		return err
+	}
+	lctx, cancel := lease.Context(ctx)
+	ferr := fn(lctx)
+	cancel()
+	lost := lease.lostErr()
+	rctx, stop := context.WithTimeout(context.WithoutCancel(ctx), l.opt.CleanupTimeout)
+	defer stop()
+	rerr := lease.Release(rctx)
+	if lost != nil && errors.Is(rerr, ErrNotHeld) {
+		rerr = nil // the same loss, reported once
+	}
+	return errors.Join(ferr, lost, rerr)
+}
+
+func (l *Locker) validate(ctx context.Context, keys []string) error {
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	if len(keys) == 0 {
+		return fmt.Errorf("%w: no keys", ErrInvalid)
+	}
+	if len(keys) > l.opt.MaxKeys {
+		return fmt.Errorf("%w: %d keys, more than MaxKeys %d", ErrInvalid, len(keys), l.opt.MaxKeys)
+	}
+	for i, k := range keys {
+		if k == "" {
+			return fmt.Errorf("%w: key %d is empty", ErrInvalid, i)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return context.Cause(ctx)
+	}
+	return nil
+}
+
+func (l *Locker) acquire(ctx context.Context, keys []string, wait bool) (*Lease, error) {
+	if err := l.validate(ctx, keys); err != nil {
+		return nil, err
+	}
+	token, err := newToken()
+	if err != nil {
+		return nil, err
+	}
+	le := newLease(l, batch.NewSet(l.names, keys), token, ctx)
+	local := le.Keys()
+	if l.local != nil {
+		if wait {
+			if err := l.local.Acquire(ctx, local, le.holder); err != nil {
+				return nil, err
+			}
+		} else if cs := l.local.TryAcquire(local, le.holder); cs != nil {
+			return nil, localConflict(le.set, cs)
+		}
+	}
+	req := batch.Request{
+		Who:            le.who,
+		TTL:            l.opt.TTL,
+		Fencing:        l.opt.Fencing,
+		MinReplicas:    l.opt.MinReplicas,
+		ReplicaTimeout: l.opt.ReplicaTimeout,
+		WarnOnReplicas: l.opt.WarnOnReplicas,
+		Cleanup:        l.cleanup,
+	}
+	var g batch.Grant
+	for {
+		var s Strategy
+		le.eng, s = l.current()
+		if s == StrategyPipeline {
+			if err = pipelineSupports(req); err != nil {
+				break
+			}
+		}
+		if wait {
+			g, err = le.eng.Lock(ctx, le.set, req, l.waker)
+		} else {
+			g, err = le.eng.TryLock(ctx, le.set, req)
+		}
+		if err != nil && s == StrategyLua && scriptsDenied(err) && l.fallBack(err) {
+			continue // the refused scripts wrote nothing
+		}
+		break
+	}
+	if err != nil {
+		if l.local != nil {
+			l.local.Release(local, le.holder)
+		}
+		if l.afterFailure != nil {
+			l.afterFailure(token, err)
+		}
+		return nil, err
+	}
+	le.granted(g)
+	l.dog.add(le)
+	return le, nil
+}
+
+func localConflict(set *batch.Set, cs []localq.Conflict) error {
+	out := &ConflictError{Conflicts: make([]KeyConflict, len(cs))}
+	for i, c := range cs {
+		out.Conflicts[i] = KeyConflict{Key: set.Keys[c.Index].Name, TTL: c.TTL, Local: true}
+	}
+	return out
+}
+
+// newToken returns 128 random bits, URL-safe: the owner token written into
+// every lock key of a lease. Only its holder can release or extend them.
+func newToken() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("slotlock: token: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+}

@@ -1,0 +1,25 @@
+-- Reentrant holds (from package reentrant; prepended to the batch scripts
+-- after common.lua).
+--
+-- All leases of one owner write the same holder (the owner token) into a
+-- lock key P{T}:K, and each of them joins the key's hold set, a hash in the
+-- same slot: P{T}#n:K, one field per lease token. The count of holds is the
+-- size of the set; the key is free when the last lease leaves it. Joining
+-- and leaving are idempotent (HSET, HDEL of one's own field), so a retried
+-- call never counts twice.
+
+-- hold_key returns the hold set of lock key P{T}:K: P{T}#n:K.
+local function hold_key(k)
+  local b = string.find(k, '}', 1, true)
+  return string.sub(k, 1, b) .. '#n' .. string.sub(k, b + 1)
+end
+
+-- is_mine reports whether lock key k, whose value is v, is held by the
+-- lease: the holder matches and, for a reentrant lease, the lease is in the
+-- key's hold set.
+local function is_mine(k, v, holder, lease)
+  if not v or (v ~= holder and holder_of(v) ~= holder) then
+    return false
+  end
+  return lease == '' or redis.call('HEXISTS', hold_key(k), lease) == 1
+end

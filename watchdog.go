@@ -1,0 +1,164 @@
+package slotlock
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/slotlock/slotlock/batch"
+)
+
+// watchdog is the one renewal loop of a Locker. Every period it extends all
+// the leases that renew, in one pipelined round trip per node (their
+// per-node extend scripts side by side), and notices the leases that were
+// lost: a key found not held, or a deadline passed without a successful
+// renewal. Leases that do not renew are only watched for their deadline.
+// It starts with the first lease and stops with Locker.Close.
+type watchdog struct {
+	l      *Locker
+	period time.Duration
+
+	mu      sync.Mutex
+	leases  map[*Lease]struct{}
+	started bool
+	stopped bool
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func newWatchdog(l *Locker) *watchdog {
+	return &watchdog{
+		l:      l,
+		period: max(l.opt.TTL/3, time.Millisecond),
+		leases: make(map[*Lease]struct{}),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+}
+
+func (w *watchdog) add(le *Lease) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		return
+	}
+	w.leases[le] = struct{}{}
+	if !w.started {
+		w.started = true
+		go w.run()
+	}
+}
+
+func (w *watchdog) remove(le *Lease) {
+	w.mu.Lock()
+	delete(w.leases, le)
+	w.mu.Unlock()
+}
+
+// close stops the loop and waits for it; leases stay as they are.
+func (w *watchdog) close() {
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		return
+	}
+	w.stopped = true
+	started := w.started
+	close(w.stop)
+	w.mu.Unlock()
+	if started {
+		<-w.done
+	}
+}
+
+// retryAfterError is how soon a failed renewal is tried again: well within
+// the TTL, so that a passing error (a failover, a dropped connection) does
+// not cost the lease.
+func (w *watchdog) retryAfterError() time.Duration {
+	return max(w.period/4, time.Millisecond)
+}
+
+func (w *watchdog) run() {
+	defer close(w.done)
+	t := time.NewTimer(w.period)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-t.C:
+			next := w.period
+			if failed := w.tick(); failed {
+				next = w.retryAfterError()
+			}
+			t.Reset(next)
+		}
+	}
+}
+
+// tick renews or checks every lease once; it reports whether a renewal
+// failed for a reason other than a lost key.
+func (w *watchdog) tick() (failed bool) {
+	w.mu.Lock()
+	all := make([]*Lease, 0, len(w.leases))
+	for le := range w.leases {
+		all = append(all, le)
+	}
+	w.mu.Unlock()
+
+	now := time.Now()
+	var renew []*Lease
+	for _, le := range all {
+		switch {
+		case le.renew:
+			renew = append(renew, le)
+		case !now.Before(le.Deadline()):
+			le.expire()
+		}
+	}
+	if len(renew) == 0 {
+		return false
+	}
+	// One batch per strategy (a Locker that fell back to pipelines may
+	// still hold leases it took with scripts).
+	byEngine := map[engine][]*Lease{}
+	for _, le := range renew {
+		byEngine[le.eng] = append(byEngine[le.eng], le)
+	}
+	for eng, leases := range byEngine {
+		if w.renewBatch(eng, leases) {
+			failed = true
+		}
+	}
+	return failed
+}
+
+// renewBatch extends leases of one engine in one round trip per node.
+func (w *watchdog) renewBatch(eng engine, renew []*Lease) (failed bool) {
+	jobs := make([]batch.ExtendJob, len(renew))
+	for i, le := range renew {
+		jobs[i] = batch.ExtendJob{Set: le.set, Who: le.who, TTL: w.l.opt.TTL,
+			MinReplicas: w.l.opt.MinReplicas, ReplicaTimeout: w.l.opt.ReplicaTimeout}
+	}
+	// Bounded by the period: a renewal that takes longer than that is
+	// better abandoned and retried.
+	ctx, cancel := context.WithTimeout(context.Background(), w.period)
+	defer cancel()
+	t0 := time.Now()
+	res := eng.ExtendMany(ctx, jobs)
+	for i, le := range renew {
+		r := res[i]
+		switch {
+		case len(r.Lost) > 0:
+			le.lose(r.Lost)
+		case r.Err == nil:
+			le.renewed(t0.Add(w.l.opt.TTL))
+		default:
+			failed = true
+			if !time.Now().Before(le.Deadline()) {
+				le.expire()
+			}
+		}
+	}
+	return failed
+}
