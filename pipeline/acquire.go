@@ -1,0 +1,208 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/slotlock/slotlock/batch"
+	"github.com/slotlock/slotlock/slot"
+)
+
+// mark is what a Lua waiter appends to the value of a key it waits for
+// (batch/scripts/common.lua): its release must publish a wake-up.
+const mark = "!"
+
+// ours reports whether lock value v belongs to the lease with token: the
+// token itself, or the token carrying a Lua waiter's mark. A pipeline lease
+// never writes a fencing token, so nothing else can be its.
+func ours(v, token string) bool {
+	return len(v) >= len(token) && v[:len(token)] == token && (len(v) == len(token) || v[len(token):] == mark)
+}
+
+// attempt is the outcome of one pipelined round of SET NX over the keys
+// from..Len()-1 of a set.
+type attempt struct {
+	// state has one entry per key of the set; keys below the attempt's
+	// start keep NotHeld.
+	state     []batch.KeyState
+	conflicts []batch.Conflict // ascending Index
+	// written lists the keys this attempt's own SETs took (a subset of
+	// the Held ones: a key found ours was taken earlier).
+	written []int
+	// node has, with MinReplicas, the master of every key of the
+	// attempt; shortfalls the masters whose WAIT came back short, with
+	// how many replicas acknowledged.
+	node       []string
+	shortfalls map[string]int
+	err        error
+}
+
+func (a *attempt) firstFailure(from int) int {
+	for i := from; i < len(a.state); i++ {
+		if a.state[i] != batch.Held {
+			return i
+		}
+	}
+	return len(a.state)
+}
+
+// acquire sends SET lockKey token NX PX ttl for every key from `from` on, in
+// one DoMulti: rueidis groups the commands by the master of their slot and
+// sends each group as one pipeline, all masters in parallel. With
+// MinReplicas each master's group ends with a WAIT on the same connection.
+//
+// A SET that did not take is then read back (GET and PTTL, one more round
+// trip, only for those keys): the value tells whether an earlier attempt of
+// ours already holds the key (its reply was lost) or who else does, and for
+// how long.
+func (e *Engine) acquire(ctx context.Context, set *batch.Set, from int, r batch.Request) attempt {
+	n := set.Len()
+	a := attempt{state: make([]batch.KeyState, n)}
+	gen := e.topo.Generation()
+	m, err := e.topo.Current(ctx)
+	if err != nil {
+		a.err = err
+		return a
+	}
+	owner := make([]int, n)
+	for i := from; i < n; i++ {
+		o := m.Owner(set.Keys[i].Slot)
+		if o < 0 {
+			// A slot without a master: the map predates a failover.
+			_, _ = e.topo.Refresh(ctx, gen)
+			a.err = fmt.Errorf("%w: key %q", slot.ErrUncovered, set.Keys[i].Name)
+			return a
+		}
+		owner[i] = o
+	}
+
+	token, ms := r.Who.Holder, r.TTL.Milliseconds()
+	b := e.client.B()
+	cmds := make(rueidis.Commands, 0, n-from+len(m.Addrs))
+	for i := from; i < n; i++ {
+		cmds = append(cmds, b.Set().Key(set.Lock[i]).Value(token).Nx().PxMilliseconds(ms).Build())
+	}
+	var waitNodes []int
+	if r.MinReplicas > 0 {
+		// WAIT only counts the writes of its own connection: rueidis sends
+		// all of one node's commands of a DoMulti on one connection (a
+		// dedicated one, since WAIT blocks), in order. Pin each WAIT to
+		// the slot of the node's last key.
+		last := make([]int, len(m.Addrs))
+		for o := range last {
+			last[o] = -1
+		}
+		for i := from; i < n; i++ {
+			last[owner[i]] = i
+		}
+		for o, i := range last {
+			if i < 0 {
+				continue
+			}
+			cmds = append(cmds, b.Wait().Numreplicas(int64(r.MinReplicas)).
+				Timeout(r.ReplicaTimeout.Milliseconds()).Build().SetSlot(set.Lock[i]))
+			waitNodes = append(waitNodes, o)
+		}
+		a.node = make([]string, n)
+		for i := from; i < n; i++ {
+			a.node[i] = m.Addrs[owner[i]]
+		}
+	}
+	res := e.client.DoMulti(ctx, cmds...)
+
+	errs := &nodeErrors{op: "set"}
+	granted := make([]bool, len(m.Addrs))
+	var check []int // keys whose SET did not take: held by someone
+	for i := from; i < n; i++ {
+		err := res[i-from].Error()
+		switch {
+		case err == nil:
+			a.state[i] = batch.Held
+			a.written = append(a.written, i)
+			granted[owner[i]] = true
+		case rueidis.IsRedisNil(err):
+			check = append(check, i)
+		default:
+			ne := errs.add(m.Addrs[owner[i]], err)
+			if ne.Kind == batch.ErrUnknownOutcome {
+				a.state[i] = batch.Unknown // the SET may have run
+			}
+		}
+	}
+	for k, o := range waitNodes {
+		if !granted[o] {
+			continue
+		}
+		acked, err := res[n-from+k].AsInt64()
+		if err != nil {
+			errs.add(m.Addrs[o], fmt.Errorf("WAIT: %w", err))
+			acked = 0
+		}
+		if int(acked) < r.MinReplicas {
+			if a.shortfalls == nil {
+				a.shortfalls = map[string]int{}
+			}
+			a.shortfalls[m.Addrs[o]] = int(acked)
+		}
+	}
+
+	if len(check) > 0 {
+		cmds = cmds[:0]
+		for _, i := range check {
+			cmds = append(cmds, b.Get().Key(set.Lock[i]).Build(), b.Pttl().Key(set.Lock[i]).Build())
+		}
+		res = e.client.DoMulti(ctx, cmds...)
+		for k, i := range check {
+			v, err := res[2*k].ToString()
+			_, isRedis := rueidis.IsRedisErr(err)
+			switch {
+			case err == nil && ours(v, token):
+				// Taken by an earlier attempt of this acquisition whose
+				// reply was lost: ours, with the expiry of that attempt.
+				a.state[i] = batch.Held
+				continue
+			case err != nil && !isRedis && !rueidis.IsRedisNil(err):
+				// The key is held (SET NX said so) but we could not read by
+				// whom; maybe by us, after a lost reply.
+				errs.add(m.Addrs[owner[i]], fmt.Errorf("GET: %w", err))
+				continue
+			}
+			// Someone else's: a value of theirs, gone since the SET (TTL
+			// 0: try again at once), or not a string at all.
+			a.conflicts = append(a.conflicts, batch.Conflict{Index: i, TTL: conflictTTL(res[2*k+1])})
+		}
+	}
+	if errs.stale() {
+		_, _ = e.topo.Refresh(ctx, gen)
+	}
+	a.err = errs.join()
+	return a
+}
+
+// conflictTTL turns a PTTL reply into a Conflict's TTL: -1 for a key
+// without expiry, 0 for one that is gone, else the remaining time.
+func conflictTTL(r rueidis.RedisResult) time.Duration {
+	pttl, err := r.AsInt64()
+	switch {
+	case err != nil || pttl == -1:
+		return -1
+	case pttl < 0:
+		return 0
+	}
+	return time.Duration(pttl) * time.Millisecond
+}
+
+// shortfallList orders per-node shortfalls by node for a batch.ReplicaError.
+func shortfallList(short map[string]int) []batch.ReplicaShortfall {
+	out := make([]batch.ReplicaShortfall, 0, len(short))
+	for node, acked := range short {
+		out = append(out, batch.ReplicaShortfall{Node: node, Acked: acked})
+	}
+	slices.SortFunc(out, func(x, y batch.ReplicaShortfall) int { return strings.Compare(x.Node, y.Node) })
+	return out
+}

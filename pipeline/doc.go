@@ -1,0 +1,20 @@
+// Package pipeline acquires lock keys with pipelined SET NX PX and no Lua,
+// for servers where scripts are denied (an ACL without @scripting, a proxy
+// that rejects EVAL); on partial failure it releases what it set at once,
+// owner-checked.
+//
+// It works on the same batch.Set, batch.Request and batch.Grant as the Lua
+// engine (package batch), and writes lock values the Lua scripts understand:
+// the lease token as the plain value. A key whose value is the token, or
+// the token followed by a Lua waiter's mark '!', is ours; anything else
+// belongs to someone else. Leases of both strategies can therefore contend
+// for the same keys.
+//
+// Without a script, checking a key and writing it are not one step on the
+// server. Acquiring needs no check (SET NX is the check), but releasing and
+// extending do: they use a conditional command where the server has one
+// (DELEX and SET IFEQ on Redis 8.4+; DELIFEQ or DELEX, and SET IFEQ, on
+// Valkey), and otherwise an optimistic transaction per slot (WATCH, GET,
+// MULTI, DEL or PEXPIRE, EXEC) that the server aborts if a key changed
+// after it was read. docs/strategies.md compares the two strategies.
+package pipeline
