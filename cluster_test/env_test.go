@@ -1,0 +1,243 @@
+package clustertest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/slotlock/slotlock"
+	"github.com/slotlock/slotlock/internal/redistest"
+	"github.com/slotlock/slotlock/slot"
+)
+
+// env is one scenario's private cluster: faults injected into it cannot leak
+// into another scenario.
+type env struct {
+	t      *testing.T
+	c      *redistest.Cluster
+	ctx    context.Context // bounds the whole scenario
+	prefix string
+	names  slot.Namer
+	tl     *timeline
+	hist   *history
+	rep    *report
+
+	// abandoned holds the tokens of leases whose Release ran out of time:
+	// the watchdog keeps renewing those (bug 9 of docs/faults.md), so
+	// their keys stay until the Locker closes.
+	abandonedMu sync.Mutex
+	abandoned   map[string]bool
+}
+
+// abandon records a lease whose Release ran out of time.
+func (e *env) abandon(token string) {
+	e.abandonedMu.Lock()
+	defer e.abandonedMu.Unlock()
+	if e.abandoned == nil {
+		e.abandoned = map[string]bool{}
+	}
+	e.abandoned[token] = true
+}
+
+func (e *env) isAbandoned(token string) bool {
+	e.abandonedMu.Lock()
+	defer e.abandonedMu.Unlock()
+	return e.abandoned[token]
+}
+
+// newEnv starts a private 3+3 cluster for t, bounded by limit.
+func newEnv(t *testing.T, limit time.Duration) *env {
+	t.Helper()
+	c := redistest.StartForTest(t, redistest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	t.Cleanup(cancel)
+	r := strings.NewReplacer("/", ":", "{", "(", "}", ")", " ", "_")
+	prefix := "chaos:" + r.Replace(t.Name())
+	names, err := slot.NewNamer(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl := newTimeline()
+	return &env{t: t, c: c, ctx: ctx, prefix: prefix, names: names, tl: tl, hist: newHistory(tl), rep: newReport(t, string(c.Backend()))}
+}
+
+// client returns a new cluster client, closed with the test. Each client is
+// what one application process would have: its own connections and its own
+// view of the topology.
+func (e *env) client() rueidis.Client {
+	e.t.Helper()
+	cl, err := e.c.Client()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(cl.Close)
+	return cl
+}
+
+// locker returns a Locker on client with the scenario's prefix.
+func (e *env) locker(client rueidis.Client, opt slotlock.Options) *slotlock.Locker {
+	e.t.Helper()
+	opt.Prefix = e.prefix
+	l, err := slotlock.New(client, opt)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// lockState is one lock key found on a master.
+type lockKey struct {
+	Node   string
+	Holder string // the token part of the value
+	Value  string
+	PTTL   time.Duration
+}
+
+// lockKeys reads every lock key of the scenario's prefix on every master of
+// the live topology: the ground truth of what is locked.
+func (e *env) lockKeys(ctx context.Context) (map[string]lockKey, error) {
+	masters, err := e.c.Masters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]lockKey{}
+	for _, m := range masters {
+		cursor := "0"
+		for {
+			res, err := m.Do(ctx, "SCAN", cursor, "MATCH", e.prefix+"{*", "COUNT", "1000").ToArray()
+			if err != nil {
+				return nil, fmt.Errorf("SCAN on %s: %w", m.Addr(), err)
+			}
+			if cursor, err = res[0].ToString(); err != nil {
+				return nil, err
+			}
+			keys, err := res[1].AsStrSlice()
+			if err != nil {
+				return nil, err
+			}
+			for _, k := range keys {
+				if _, ok := e.names.UserKey(k); !ok {
+					continue // a fencing counter or a hold set
+				}
+				v, err := m.Do(ctx, "GET", k).ToString()
+				if rueidis.IsRedisNil(err) {
+					continue // expired since SCAN
+				}
+				if err != nil {
+					return nil, fmt.Errorf("GET %s on %s: %w", k, m.Addr(), err)
+				}
+				pttl, _ := m.Do(ctx, "PTTL", k).AsInt64()
+				out[k] = lockKey{Node: m.Addr(), Holder: holderOf(v), Value: v, PTTL: time.Duration(pttl) * time.Millisecond}
+			}
+			if cursor == "0" {
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// holderOf is the token part of a lock value: holder ['.' fence] ['!'].
+func holderOf(v string) string {
+	if i := strings.IndexAny(v, ".!"); i >= 0 {
+		return v[:i]
+	}
+	return v
+}
+
+// keySpace returns n keys to lock: plain keys spread over all masters, and
+// every fourth key in a group of four that share a hash tag (one slot), as
+// applications lock an entity's keys together.
+func keySpace(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		if i%4 == 0 && i+4 <= n {
+			for j := range 4 {
+				out[i+j] = fmt.Sprintf("{g%d}:f%d", i/4, j)
+			}
+		}
+		if out[i] == "" {
+			out[i] = fmt.Sprintf("k:%d", i)
+		}
+	}
+	return out
+}
+
+// keysOn returns the keys of space whose slot node owns now.
+func (e *env) keysOn(ctx context.Context, node *redistest.Node, space []string) []string {
+	e.t.Helper()
+	var out []string
+	for _, k := range space {
+		n, err := e.c.NodeForSlot(ctx, slot.KeySlot(k))
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if n == node {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// master returns the master that owns key's slot now.
+func (e *env) master(ctx context.Context, key string) *redistest.Node {
+	e.t.Helper()
+	n, err := e.c.NodeForSlot(ctx, slot.KeySlot(key))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+// waitReady waits for the cluster to settle after a fault.
+func (e *env) waitReady() {
+	e.t.Helper()
+	if err := e.c.WaitReady(e.ctx); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// requireUnlocked reads every lock key of the prefix on every master and
+// fails the test if any is left: the workers released everything they were
+// granted, and failed attempts must leave nothing. within allows keys that
+// a lost reply may have left to run out their TTL first.
+func (e *env) requireUnlocked(within time.Duration) map[string]lockKey {
+	e.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		left, err := e.lockKeys(e.ctx)
+		if err != nil {
+			e.t.Fatalf("reading lock keys: %v", err)
+		}
+		for k, v := range left {
+			// Kept alive by the watchdog after a Release ran out of time:
+			// bug 9, asserted only under SLOTLOCK_KNOWN_BUGS=1.
+			if e.isAbandoned(v.Holder) && os.Getenv(envKnownBugs) != "1" {
+				e.t.Logf("left locked by a lease whose Release timed out (bug 9): %s", k)
+				delete(left, k)
+			}
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			n := 0
+			for k, v := range left {
+				if n++; n > 10 {
+					break
+				}
+				e.t.Logf("left locked: %s on %s by %s (pttl %v)", k, v.Node, v.Holder, v.PTTL)
+			}
+			e.t.Errorf("%d lock keys left locked after %v", len(left), within)
+			return left
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,232 @@
+package clustertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/slotlock/slotlock"
+)
+
+// workload is a pool of workers that lock random overlapping batches of one
+// key space, hold them a little (writing through the fenced store if there
+// is one) and release them, recording every grant and end in the history.
+// Each worker has its own Locker, spread over a few clients, so workers meet
+// in Redis as separate processes would.
+type workload struct {
+	e        *env
+	name     string
+	opt      slotlock.Options // TTL must be set
+	space    []string
+	workers  int
+	clients  int
+	maxBatch int
+	// attempt bounds each Lock and TryLock.
+	attempt time.Duration
+	// holdMax is the longest a worker keeps a lease.
+	holdMax time.Duration
+	store   *fencedStore
+	seed    uint64
+
+	wg      sync.WaitGroup
+	stop    chan struct{}
+	stats   workStats
+	errMu   sync.Mutex
+	errSeen map[string]int
+}
+
+type workStats struct {
+	attempts, grants, conflicts, timeouts, replicas, others atomic.Int64
+	lost, releaseErrs                                       atomic.Int64
+}
+
+// start launches the workers; stopAndWait ends them.
+func (w *workload) start() {
+	if w.clients == 0 {
+		w.clients = 2
+	}
+	if w.attempt == 0 {
+		w.attempt = 2 * time.Second
+	}
+	if w.maxBatch == 0 {
+		w.maxBatch = 8
+	}
+	w.stop = make(chan struct{})
+	w.errSeen = map[string]int{}
+	clients := make([]rueidis.Client, w.clients)
+	for i := range clients {
+		clients[i] = w.e.client()
+	}
+	lockers := make([]*slotlock.Locker, w.workers)
+	for i := range lockers {
+		lockers[i] = w.e.locker(clients[i%len(clients)], w.opt)
+	}
+	for i, l := range lockers {
+		w.wg.Add(1)
+		go w.run(i, l)
+	}
+}
+
+func (w *workload) stopAndWait() {
+	close(w.stop)
+	w.wg.Wait()
+}
+
+func (w *workload) stopped() bool {
+	select {
+	case <-w.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+func (w *workload) run(id int, l *slotlock.Locker) {
+	defer w.wg.Done()
+	owner := fmt.Sprintf("%s/w%d", w.name, id)
+	r := rand.New(rand.NewPCG(w.seed, uint64(id)))
+	for !w.stopped() {
+		keys := make([]string, 1+r.IntN(w.maxBatch))
+		for i := range keys {
+			keys[i] = w.space[r.IntN(len(w.space))]
+		}
+		ctx, cancel := context.WithTimeout(w.e.ctx, w.attempt)
+		var lease *slotlock.Lease
+		var err error
+		w.stats.attempts.Add(1)
+		if r.IntN(3) == 0 {
+			lease, err = l.TryLock(ctx, keys...)
+		} else {
+			lease, err = l.Lock(ctx, keys...)
+		}
+		cancel()
+		if err != nil {
+			w.failed(err, r)
+			continue
+		}
+		w.stats.grants.Add(1)
+		g := w.e.hist.granted(owner, lease, w.opt.TTL)
+		g.Renews = w.opt.Renew == slotlock.RenewAlways
+		w.hold(lease, g, r)
+	}
+}
+
+// hold is the critical section: write each key through the store (if any)
+// while the lease looks alive, wait a random time or until the lease ends,
+// then release.
+func (w *workload) hold(lease *slotlock.Lease, g *hold, r *rand.Rand) {
+	tl := w.e.tl
+	if w.store != nil && lease.Err() == nil {
+		for _, k := range g.Keys {
+			w.store.write(k, g.Fences[k], g.ID)
+		}
+	}
+	d := time.Duration(r.Int64N(int64(w.holdMax) + 1))
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-lease.Done():
+		seen := tl.now()
+		w.stats.lost.Add(1)
+		w.e.hist.ended(g, lease, seen, seen, "lost")
+		// Release still cleans up what the lease may hold.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = lease.Release(ctx)
+		cancel()
+		return
+	case <-timer.C:
+	}
+	if w.store != nil && lease.Err() == nil {
+		for _, k := range g.Keys {
+			w.store.write(k, g.Fences[k], g.ID)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	call := tl.now()
+	err := lease.Release(ctx)
+	ret := tl.now()
+	cancel()
+	w.e.hist.ended(g, lease, call, ret, "released")
+	if err != nil {
+		w.stats.releaseErrs.Add(1)
+		w.noteErr("release: " + short(err))
+		if errors.Is(err, context.DeadlineExceeded) {
+			w.e.abandon(lease.Token())
+		}
+	}
+}
+
+func (w *workload) failed(err error, r *rand.Rand) {
+	switch {
+	case errors.Is(err, slotlock.ErrNotAcquired):
+		w.stats.conflicts.Add(1)
+		time.Sleep(time.Duration(r.IntN(2000)) * time.Microsecond)
+		return
+	case errors.Is(err, context.DeadlineExceeded):
+		w.stats.timeouts.Add(1)
+	case errors.Is(err, slotlock.ErrReplicas):
+		w.stats.replicas.Add(1)
+	default:
+		w.stats.others.Add(1)
+	}
+	w.noteErr(short(err))
+	// Nodes down or moving: do not spin.
+	time.Sleep(time.Duration(10+r.IntN(20)) * time.Millisecond)
+}
+
+func (w *workload) noteErr(s string) {
+	w.errMu.Lock()
+	w.errSeen[s]++
+	w.errMu.Unlock()
+}
+
+// short cuts an error message to its first 160 bytes, for counting kinds.
+func short(err error) string {
+	s := err.Error()
+	if len(s) > 160 {
+		s = s[:160] + "..."
+	}
+	return s
+}
+
+// record puts the workload's counts into the report and logs the most
+// frequent errors.
+func (w *workload) record(rep *report) {
+	rep.add("attempts", int(w.stats.attempts.Load()))
+	rep.add("grants", int(w.stats.grants.Load()))
+	rep.add("conflicts", int(w.stats.conflicts.Load()))
+	rep.add("timeouts", int(w.stats.timeouts.Load()))
+	rep.add("replica_errors", int(w.stats.replicas.Load()))
+	rep.add("other_errors", int(w.stats.others.Load()))
+	rep.add("leases_lost", int(w.stats.lost.Load()))
+	rep.add("release_errors", int(w.stats.releaseErrs.Load()))
+	w.errMu.Lock()
+	defer w.errMu.Unlock()
+	type kv struct {
+		k string
+		n int
+	}
+	var top []kv
+	for k, n := range w.errSeen {
+		top = append(top, kv{k, n})
+	}
+	for i := range top {
+		for j := i + 1; j < len(top); j++ {
+			if top[j].n > top[i].n {
+				top[i], top[j] = top[j], top[i]
+			}
+		}
+	}
+	for i, e := range top {
+		if i == 5 {
+			break
+		}
+		w.e.t.Logf("%s: %d x %s", w.name, e.n, e.k)
+	}
+}
