@@ -1,0 +1,176 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/slotlock/slotlock/internal/redistest"
+)
+
+var cluster *redistest.Cluster
+
+func TestMain(m *testing.M) {
+	os.Exit(redistest.Main(m, redistest.Options{}, &cluster))
+}
+
+func newEnv(tb testing.TB) *Env {
+	c := redistest.Require(tb, cluster)
+	env, err := NewEnv(context.Background(), c)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(env.Close)
+	return env
+}
+
+// BenchmarkLock runs the whole matrix; narrow it with -bench, e.g.
+// -bench 'Lock/mode=uncontended/lib=slotlock/K=1000'. Compare runs with
+// benchstat; cmd/slotbench runs the same cells and writes the report.
+func BenchmarkLock(b *testing.B) {
+	env := newEnv(b)
+	ctx := context.Background()
+	for _, cell := range Matrix() {
+		if testing.Short() && SlowInShort(cell) {
+			continue
+		}
+		run, err := env.NewRun(ctx, cell)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(cell.Name(), func(b *testing.B) { run.Bench(ctx, b) })
+		if err := run.Close(); err != nil {
+			b.Error(err)
+		}
+	}
+}
+
+// TestContenders is the benchmark's own safety net: every contender takes
+// a few batches of every size, uncontended and contended, and every lock
+// key is read back from Redis while it is held.
+func TestContenders(t *testing.T) {
+	env := newEnv(t)
+	ctx := context.Background()
+	for _, f := range Contenders {
+		for _, cell := range []Cell{
+			{Contender: f.Name, K: 1, W: 1},
+			{Contender: f.Name, K: 100, W: 4},
+			{Contender: f.Name, K: 10, W: 8, Hot: 30},
+		} {
+			t.Run(cell.Name(), func(t *testing.T) {
+				run, err := env.NewRun(ctx, cell)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer run.Close()
+				if err := run.Verify(ctx, 5); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+	}
+}
+
+// TestVerifyCatchesBrokenLocks makes sure the checks can fail: a contender
+// whose keys are gone by the time Lock returns (as with a rueidislock lock
+// taken on a cancelled context), and one that locks nothing at all, must
+// both be reported as violations.
+func TestVerifyCatchesBrokenLocks(t *testing.T) {
+	env := newEnv(t)
+	ctx := context.Background()
+	lost := Factory{Name: "lost", New: func(env *Env, w int) (Contender, error) {
+		c, err := rawFactory.New(env, w)
+		if err != nil {
+			return nil, err
+		}
+		return lostContender{c.(*rawContender)}, nil
+	}}
+	none := Factory{Name: "none", New: func(*Env, int) (Contender, error) { return noLock{}, nil }}
+	for _, tc := range []struct {
+		f    Factory
+		cell Cell
+	}{
+		{lost, Cell{Contender: "lost", K: 10, W: 1}},
+		{none, Cell{Contender: "none", K: 10, W: 8, Hot: 30}},
+	} {
+		t.Run(tc.f.Name, func(t *testing.T) {
+			run, err := env.newRun(ctx, tc.cell, tc.f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer run.Close()
+			if err := run.Verify(ctx, 20); !errors.Is(err, ErrNotHeld) {
+				t.Fatalf("Verify = %v, want a violation (ErrNotHeld)", err)
+			}
+		})
+	}
+}
+
+// lostContender locks like the raw pipeline, then loses every key before
+// Lock returns.
+type lostContender struct{ *rawContender }
+
+func (c lostContender) Acquirer(int) Acquirer { return c }
+
+func (c lostContender) Lock(ctx context.Context, keys []string) (Held, error) {
+	h, err := c.rawContender.Lock(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.del(ctx, keys); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// noLock pretends: every Lock succeeds at once and every check passes, so
+// only the in-process exclusion table can see two workers on one key. Its
+// Check lingers so that workers overlap.
+type noLock struct{}
+
+func (noLock) Acquirer(int) Acquirer                        { return noLock{} }
+func (noLock) Close() error                                 { return nil }
+func (noLock) Lock(context.Context, []string) (Held, error) { return noLock{}, nil }
+func (noLock) Release(context.Context) error                { return nil }
+func (noLock) Check(context.Context) error                  { time.Sleep(time.Millisecond); return nil }
+
+// TestRueidislockStallGuard checks the guard that keeps one stuck
+// rueidislock call from hanging a cell: a call that makes no progress for
+// StallAfter is abandoned, counted, and the batch retried until it gets in.
+func TestRueidislockStallGuard(t *testing.T) {
+	env := newEnv(t)
+	ctx := context.Background()
+	if err := env.reset(ctx); err != nil {
+		t.Fatal(err)
+	}
+	con, err := rueidislockFactory.New(env, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer con.Close()
+	c := con.(*rueidislockContender)
+	holder, err := c.Lock(ctx, []string{"order:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(StallAfter + StallAfter/2)
+		_ = holder.Release(ctx)
+	}()
+	start := time.Now()
+	h, err := c.Lock(ctx, []string{"order:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c.Stalls() < 1 || time.Since(start) < StallAfter {
+		t.Fatalf("after %v: %d stalls, want at least 1", time.Since(start), c.Stalls())
+	}
+}

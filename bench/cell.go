@@ -1,0 +1,332 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Cell is one point of the matrix.
+type Cell struct {
+	Contender string
+	K         int // keys per batch
+	W         int // workers
+	// Hot > 0 makes the cell contended: every worker draws its keys from
+	// the first Hot keys. Otherwise each worker draws from its own share
+	// of the whole keyspace and no two workers ever want the same key.
+	Hot int
+}
+
+// Mode is "contended" or "uncontended".
+func (c Cell) Mode() string {
+	if c.Hot > 0 {
+		return "contended"
+	}
+	return "uncontended"
+}
+
+// Name is the sub-benchmark name, in benchstat's key=value form.
+func (c Cell) Name() string {
+	return fmt.Sprintf("mode=%s/lib=%s/K=%d/W=%d", c.Mode(), c.Contender, c.K, c.W)
+}
+
+// Ks, Ws and the contended cell define the matrix.
+var (
+	Ks = []int{1, 10, 100, 1000}
+	Ws = []int{1, 16}
+)
+
+// ContendedK and ContendedW shape the contended cell.
+const (
+	ContendedK = 10
+	ContendedW = 16
+)
+
+// Matrix lists every cell: uncontended by K, then W, then contender (so
+// that the contenders of one K and W run close in time), then contended.
+func Matrix() []Cell {
+	var out []Cell
+	for _, k := range Ks {
+		for _, w := range Ws {
+			for _, f := range Contenders {
+				out = append(out, Cell{Contender: f.Name, K: k, W: w})
+			}
+		}
+	}
+	for _, f := range Contenders {
+		out = append(out, Cell{Contender: f.Name, K: ContendedK, W: ContendedW, Hot: HotKeys})
+	}
+	return out
+}
+
+// SlowInShort reports the cells that short runs (go test -short, the CI
+// smoke run) leave out: 16 workers with 1,000 keys each, where the
+// one-key-at-a-time peers take seconds per batch.
+func SlowInShort(c Cell) bool { return c.K == 1000 && c.W == 16 }
+
+// Dist summarises a set of durations.
+type Dist struct {
+	P50, P99, Max time.Duration
+}
+
+func distOf(d []time.Duration) Dist {
+	if len(d) == 0 {
+		return Dist{}
+	}
+	slices.Sort(d)
+	at := func(q float64) time.Duration {
+		i := int(q*float64(len(d))+0.5) - 1
+		return d[min(max(i, 0), len(d)-1)]
+	}
+	return Dist{P50: at(0.50), P99: at(0.99), Max: d[len(d)-1]}
+}
+
+// Result is what one run of a cell measured (the last round, for a
+// benchmark that testing.B ran several times).
+type Result struct {
+	Cell
+	Batches    int
+	Elapsed    time.Duration
+	Latency    Dist // lock + release of one batch
+	Wait       Dist // from asking for the keys to holding them all
+	ClientCPU  time.Duration
+	Server     ServerStats
+	Violations int
+	// Stalls counts acquisitions the benchmark gave up and retried
+	// because the contender made no progress on a free key (see
+	// StallAfter).
+	Stalls int64
+	Err    error
+}
+
+// BatchesPerSec is the cell's throughput.
+func (r Result) BatchesPerSec() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Batches) / r.Elapsed.Seconds()
+}
+
+// KeysPerSec is BatchesPerSec times K.
+func (r Result) KeysPerSec() float64 { return r.BatchesPerSec() * float64(r.K) }
+
+// PerBatch divides a total over the run's batches.
+func (r Result) PerBatch(d time.Duration) time.Duration {
+	if r.Batches == 0 {
+		return 0
+	}
+	return d / time.Duration(r.Batches)
+}
+
+// Run is one cell set up: its contender, acquirers and samplers live across
+// the rounds that testing.B runs with growing b.N.
+type Run struct {
+	env      *Env
+	cell     Cell
+	con      Contender
+	acqs     []Acquirer
+	samplers []*sampler
+	excl     *exclusion
+	verified bool
+	// Timeout bounds one round: a stuck lock fails the cell instead of
+	// hanging the suite.
+	Timeout time.Duration
+	// Last is the result of the latest round.
+	Last Result
+}
+
+// NewRun sets up cell on env: it empties the cluster and builds the
+// contender and one acquirer and key sampler per worker.
+func (e *Env) NewRun(ctx context.Context, cell Cell) (*Run, error) {
+	f, ok := Lookup(cell.Contender)
+	if !ok {
+		return nil, fmt.Errorf("bench: no contender %q", cell.Contender)
+	}
+	return e.newRun(ctx, cell, f)
+}
+
+func (e *Env) newRun(ctx context.Context, cell Cell, f Factory) (*Run, error) {
+	if err := e.reset(ctx); err != nil {
+		return nil, err
+	}
+	con, err := f.New(e, cell.W)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %s: %w", cell.Contender, err)
+	}
+	r := &Run{env: e, cell: cell, con: con, Timeout: 3 * time.Minute}
+	space := Keyspace
+	if cell.Hot > 0 {
+		space = cell.Hot
+	}
+	r.excl = newExclusion(space)
+	for w := range cell.W {
+		r.acqs = append(r.acqs, con.Acquirer(w))
+		seed := uint64(w)<<32 | uint64(cell.K)
+		if cell.Hot > 0 {
+			r.samplers = append(r.samplers, newSampler(seed, 0, 1, cell.Hot))
+		} else {
+			r.samplers = append(r.samplers, newSampler(seed, w, cell.W, Keyspace/cell.W))
+		}
+	}
+	return r, nil
+}
+
+// Close tears the contender down.
+func (r *Run) Close() error { return r.con.Close() }
+
+// Verify runs batches per worker untimed, reading every lock key back
+// from Redis while it is held; it also warms connections, script caches
+// and slot maps before the first timed round.
+func (r *Run) Verify(ctx context.Context, batches int) error {
+	ctx, cancel := context.WithTimeout(ctx, r.Timeout)
+	defer cancel()
+	res := r.round(ctx, batches*r.cell.W, true)
+	if res.Err == nil && res.Violations > 0 {
+		res.Err = fmt.Errorf("%w: %d violations", ErrNotHeld, res.Violations)
+	}
+	if res.Err != nil {
+		return fmt.Errorf("bench: %s: verify: %w", r.cell.Name(), res.Err)
+	}
+	r.verified = true
+	return nil
+}
+
+// Bench is the testing.B body of the cell: b.N batches shared by the
+// cell's workers. It reports batches/s, keys/s and latency percentiles
+// (and, contended, wait percentiles) as custom metrics.
+func (r *Run) Bench(ctx context.Context, b *testing.B) {
+	b.ReportAllocs()
+	// testing.B swallows a failed benchmark's message when it runs under
+	// testing.Benchmark, so the error stays in Last for the runner.
+	fatal := func(err error) {
+		r.Last = Result{Cell: r.cell, Err: err}
+		b.Fatal(err)
+	}
+	if !r.verified {
+		if err := r.Verify(ctx, 2); err != nil {
+			fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.Timeout)
+	defer cancel()
+	cpu0, err := r.env.resetServerStats(ctx)
+	if err != nil {
+		fatal(err)
+	}
+	ru0 := ProcessCPU()
+	b.ResetTimer()
+	res := r.round(ctx, b.N, false)
+	b.StopTimer()
+	res.ClientCPU = ProcessCPU() - ru0
+	if res.Server, err = r.env.serverStats(ctx, cpu0); err != nil {
+		res.Err = errors.Join(res.Err, err)
+	}
+	if res.Err == nil && res.Violations > 0 {
+		res.Err = fmt.Errorf("%w: %d mutual exclusion violations", ErrNotHeld, res.Violations)
+	}
+	r.Last = res
+	if res.Err != nil {
+		b.Fatalf("%s: %v", r.cell.Name(), res.Err)
+	}
+	b.ReportMetric(res.BatchesPerSec(), "batches/s")
+	b.ReportMetric(res.KeysPerSec(), "keys/s")
+	b.ReportMetric(float64(res.Latency.P50.Microseconds()), "p50-us")
+	b.ReportMetric(float64(res.Latency.P99.Microseconds()), "p99-us")
+	if r.cell.Hot > 0 {
+		b.ReportMetric(float64(res.Wait.P99.Microseconds())/1000, "wait-p99-ms")
+		b.ReportMetric(float64(res.Wait.Max.Microseconds())/1000, "wait-max-ms")
+	}
+}
+
+// round runs n batches over the cell's workers.
+func (r *Run) round(ctx context.Context, n int, check bool) Result {
+	var (
+		next       atomic.Int64
+		stop       atomic.Bool
+		violations atomic.Int64
+		mu         sync.Mutex
+		errs       []error
+		lat        = make([][]time.Duration, r.cell.W)
+		wait       = make([][]time.Duration, r.cell.W)
+		wg         sync.WaitGroup
+	)
+	fail := func(err error) {
+		mu.Lock()
+		if len(errs) < 8 {
+			errs = append(errs, err)
+		}
+		mu.Unlock()
+		stop.Store(true)
+	}
+	stalls := func() int64 {
+		if s, ok := r.con.(staller); ok {
+			return s.Stalls()
+		}
+		return 0
+	}
+	stalls0 := stalls()
+	start := time.Now()
+	for w := range r.cell.W {
+		wg.Go(func() {
+			acq, s := r.acqs[w], r.samplers[w]
+			for !stop.Load() && next.Add(1) <= int64(n) {
+				keys, idx := s.next(r.cell.K)
+				t0 := time.Now()
+				h, err := acq.Lock(ctx, keys)
+				t1 := time.Now()
+				if err != nil {
+					fail(fmt.Errorf("worker %d: lock: %w", w, err))
+					return
+				}
+				if v := r.excl.claim(idx, w); v > 0 {
+					violations.Add(int64(v))
+				}
+				if check {
+					if err := h.Check(ctx); err != nil {
+						violations.Add(1)
+						fail(fmt.Errorf("worker %d: check: %w", w, err))
+					}
+				}
+				r.excl.unclaim(idx, w)
+				t2 := time.Now()
+				err = h.Release(ctx)
+				t3 := time.Now()
+				if errors.Is(err, ErrNotHeld) {
+					violations.Add(1)
+				}
+				if err != nil {
+					fail(fmt.Errorf("worker %d: release: %w", w, err))
+					return
+				}
+				lat[w] = append(lat[w], t1.Sub(t0)+t3.Sub(t2))
+				wait[w] = append(wait[w], t1.Sub(t0))
+			}
+		})
+	}
+	wg.Wait()
+	res := Result{Cell: r.cell, Elapsed: time.Since(start), Violations: int(violations.Load()), Stalls: stalls() - stalls0, Err: errors.Join(errs...)}
+	if res.Err != nil && res.Stalls > 0 {
+		res.Err = fmt.Errorf("%w (after %d stalled acquisitions, each abandoned after %v)", res.Err, res.Stalls, StallAfter)
+	}
+	res.Latency = distOf(slices.Concat(lat...))
+	allWaits := slices.Concat(wait...)
+	res.Batches = len(allWaits)
+	res.Wait = distOf(allWaits)
+	return res
+}
+
+// ProcessCPU is the CPU time (user+sys) this process has used: the client
+// side of every contender, since the Redis nodes are other processes.
+func ProcessCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/slotlock/slotlock/bench"
+)
+
+// pairTarget is one ratio the project targets, measured apart from the
+// matrix by running its two cells alternately (A B, B A, A B, ...): on a
+// machine shared with other programs, a burst of load then hits both sides
+// instead of one, and the median of the rounds' ratios is what counts.
+type pairTarget struct {
+	Label string
+	A, B  bench.Cell // the ratio is A's batches/s over B's
+	Need  float64
+	// D is the target time of each cell of a round.
+	D time.Duration
+	// Ratios has one A/B ratio per round; Rows the cells as measured.
+	Ratios []float64
+	Rows   []row
+	Err    error
+}
+
+// pairRounds is how many times each pair alternates.
+func pairRounds(cfg config) int {
+	if cfg.short {
+		return 1
+	}
+	return 3
+}
+
+// pairTime is the target time of one cell of a pair.
+func pairTime(cfg config, c bench.Cell) time.Duration {
+	if c.Hot > 0 {
+		return max(cfg.hotTime*2/5, 300*time.Millisecond)
+	}
+	return max(cfg.benchtime*2/3, 100*time.Millisecond)
+}
+
+// pairsReserve is the time the pairs take, kept free at the end of the
+// matrix.
+func pairsReserve(cfg config) time.Duration {
+	unc := 2*pairTime(cfg, bench.Cell{}) + time.Second
+	hot := 2*pairTime(cfg, bench.Cell{Hot: 1}) + time.Second
+	return time.Duration(pairRounds(cfg)) * 2 * (4*unc + hot)
+}
+
+// targetPairs lists the project's targets for slotlock. The contended
+// one compares with the peer that did best in the matrix.
+func targetPairs(rows []row) []*pairTarget {
+	sl := func(k int) bench.Cell { return bench.Cell{Contender: "slotlock", K: k, W: 1} }
+	raw := func(k int) bench.Cell { return bench.Cell{Contender: "raw-pipeline", K: k, W: 1} }
+	out := []*pairTarget{
+		{Label: "K = 1000: slotlock / sequential SET NX", A: sl(1000), B: bench.Cell{Contender: "sequential-setnx", K: 1000, W: 1}, Need: 35},
+		{Label: "K = 1000: slotlock / raw pipeline", A: sl(1000), B: raw(1000), Need: 0.85},
+		{Label: "K = 100: slotlock / raw pipeline", A: sl(100), B: raw(100), Need: 0.85},
+		{Label: "K = 1: slotlock / raw pipeline", A: sl(1), B: raw(1), Need: 0.9},
+	}
+	if best, ok := (report{rows: rows}).bestPeer(); ok {
+		hot := func(name string) bench.Cell {
+			return bench.Cell{Contender: name, K: bench.ContendedK, W: bench.ContendedW, Hot: bench.HotKeys}
+		}
+		out = append(out, &pairTarget{
+			Label: "contended: slotlock / best peer (" + best.Contender + ")",
+			A:     hot("slotlock"), B: hot(best.Contender), Need: 2.5,
+		})
+	}
+	return out
+}
+
+func (t *pairTarget) run(ctx context.Context, env *bench.Env, cfg config) {
+	t.D = pairTime(cfg, t.A)
+	for round := range pairRounds(cfg) {
+		order := []bench.Cell{t.A, t.B}
+		if round%2 == 1 {
+			order = []bench.Cell{t.B, t.A}
+		}
+		var got [2]row
+		for _, c := range order {
+			r := measure(ctx, env, c, t.D, 1)
+			t.Rows = append(t.Rows, r)
+			if r.Err != nil {
+				t.Err = r.Err
+				return
+			}
+			if c == t.A {
+				got[0] = r
+			} else {
+				got[1] = r
+			}
+		}
+		if got[1].BatchesPerSec() > 0 {
+			t.Ratios = append(t.Ratios, got[0].BatchesPerSec()/got[1].BatchesPerSec())
+		}
+	}
+}
+
+// median is the middle ratio (the mean of the middle two for an even
+// count); ok is false when no round completed.
+func (t *pairTarget) median() (float64, bool) {
+	if len(t.Ratios) == 0 {
+		return 0, false
+	}
+	s := slices.Sorted(slices.Values(t.Ratios))
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2], true
+	}
+	return (s[n/2-1] + s[n/2]) / 2, true
+}
+
+// rows of one side, in the order measured.
+func (t *pairTarget) side(c bench.Cell) []row {
+	var out []row
+	for _, r := range t.Rows {
+		if r.Cell == c {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (t *pairTarget) ratios() string {
+	parts := make([]string, len(t.Ratios))
+	for i, r := range t.Ratios {
+		parts[i] = fmt.Sprintf("%.2f", r)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (t *pairTarget) progress() string {
+	if t.Err != nil {
+		return fmt.Sprintf("target %s: FAILED: %v", t.Label, t.Err)
+	}
+	m, _ := t.median()
+	return fmt.Sprintf("target %s: median %.2f× of rounds %s (need ≥ %.2f×)", t.Label, m, t.ratios(), t.Need)
+}

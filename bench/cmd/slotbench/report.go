@@ -1,0 +1,621 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/csv"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/slotlock/slotlock/bench"
+)
+
+// peers are the libraries and patterns a user would otherwise pick: the
+// contended target compares slotlock with the best of them. The raw
+// pipeline is not one: it is not a lock.
+var peers = []string{"sequential-setnx", "redsync", "rueidislock", "redislock"}
+
+// noisy is the share of a core that other programs may use during a cell
+// before the report marks it.
+const noisy = 0.2
+
+func writeReport(cfg config, m *machine, rows []row, pairs []*pairTarget, profs map[int]*profileReport, micro *microResult) error {
+	dir := filepath.Join(cfg.out, "benchmarks")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.csv"), resultsCSV(rows), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bench.txt"), benchstatText(m, rows), 0o644); err != nil {
+		return err
+	}
+	if err := writeChart(filepath.Join(dir, "keys-per-second.svg"), rows); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(cfg.out, "benchmarks.md"), markdown(m, rows, pairs, profs, micro), 0o644)
+}
+
+func resultsCSV(rows []row) []byte {
+	var b bytes.Buffer
+	w := csv.NewWriter(&b)
+	_ = w.Write([]string{
+		"contender", "mode", "K", "W", "batches", "seconds", "batches_per_s", "keys_per_s",
+		"p50_us", "p99_us", "max_us", "wait_p50_us", "wait_p99_us", "wait_max_us",
+		"client_cpu_us_per_batch", "server_cpu_us_per_batch", "server_cmds_per_batch",
+		"server_cmd_us_per_batch", "script_calls_per_batch", "script_us_per_call",
+		"allocs_per_batch", "bytes_per_batch", "other_programs_cores", "stalls", "error",
+	})
+	for _, r := range rows {
+		errText := ""
+		if r.Err != nil {
+			errText = r.Err.Error()
+		}
+		_ = w.Write([]string{
+			r.Contender, r.Mode(), strconv.Itoa(r.K), strconv.Itoa(r.W), strconv.Itoa(r.Batches),
+			f3(r.Elapsed.Seconds()), f1(r.BatchesPerSec()), f1(r.KeysPerSec()),
+			us(r.Latency.P50), us(r.Latency.P99), us(r.Latency.Max),
+			us(r.Wait.P50), us(r.Wait.P99), us(r.Wait.Max),
+			us(r.PerBatch(r.ClientCPU)), us(r.PerBatch(r.Server.CPU)), perBatch(r, r.Server.Calls),
+			perBatch(r, r.Server.Usec), perBatch(r, r.Server.ScriptCalls), perCall(r.Server.ScriptUsec, r.Server.ScriptCalls),
+			strconv.FormatInt(r.AllocsPerBatch, 10), strconv.FormatInt(r.BytesPerBatch, 10), f3(r.Foreign),
+			strconv.FormatInt(r.Stalls, 10), errText,
+		})
+	}
+	w.Flush()
+	return b.Bytes()
+}
+
+// benchstatText writes the cells in the format of `go test -bench`, so that
+// two runs compare with `benchstat old.txt new.txt`.
+func benchstatText(m *machine, rows []row) []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "goos: %s\ngoarch: %s\npkg: github.com/slotlock/slotlock/bench\ncpu: %s\n", runtime.GOOS, runtime.GOARCH, m.CPUModel)
+	fmt.Fprintf(&b, "backend: %s\nredis: %s\nslotlock: %s\n", m.Backend, m.RedisVersion, m.Library)
+	for _, r := range rows {
+		if r.Err != nil || r.Batches == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "BenchmarkLock/%s-%d\t%d\t%.0f ns/op\t%.2f batches/s\t%.1f keys/s\t%d p50-us\t%d p99-us",
+			r.Name(), runtime.GOMAXPROCS(0), r.Batches, float64(r.Elapsed.Nanoseconds())/float64(r.Batches),
+			r.BatchesPerSec(), r.KeysPerSec(), r.Latency.P50.Microseconds(), r.Latency.P99.Microseconds())
+		if r.Hot > 0 {
+			fmt.Fprintf(&b, "\t%.3f wait-p99-ms\t%.3f wait-max-ms", float64(r.Wait.P99.Microseconds())/1000, float64(r.Wait.Max.Microseconds())/1000)
+		}
+		fmt.Fprintf(&b, "\t%d B/op\t%d allocs/op\n", r.BytesPerBatch, r.AllocsPerBatch)
+	}
+	return b.Bytes()
+}
+
+// report holds the rows with lookups by cell.
+type report struct {
+	rows []row
+}
+
+func (rp report) get(name string, k, w, hot int) (row, bool) {
+	return find(rp.rows, bench.Cell{Contender: name, K: k, W: w, Hot: hot})
+}
+
+// ratio is a/b of two cells' batches/s; ok is false when either is missing.
+func (rp report) ratio(a, b string, k, w, hot int) (float64, bool) {
+	ra, ok1 := rp.get(a, k, w, hot)
+	rb, ok2 := rp.get(b, k, w, hot)
+	if !ok1 || !ok2 || rb.BatchesPerSec() == 0 {
+		return 0, false
+	}
+	return ra.BatchesPerSec() / rb.BatchesPerSec(), true
+}
+
+// noise is the largest relative gap, over K, between slotlock and
+// slotlock-multi at W = 1, where they are the same configuration.
+func (rp report) noise() (float64, bool) {
+	gap, ok := 0.0, false
+	for _, k := range bench.Ks {
+		if r, found := rp.ratio("slotlock-multi", "slotlock", k, 1, 0); found {
+			gap, ok = max(gap, r-1, 1/r-1), true
+		}
+	}
+	return gap, ok
+}
+
+// bestPeer is the peer with the most batches/s in the contended cell.
+func (rp report) bestPeer() (row, bool) {
+	var best row
+	found := false
+	for _, p := range peers {
+		if r, ok := rp.get(p, bench.ContendedK, bench.ContendedW, bench.HotKeys); ok && (!found || r.BatchesPerSec() > best.BatchesPerSec()) {
+			best, found = r, true
+		}
+	}
+	return best, found
+}
+
+func markdown(m *machine, rows []row, pairs []*pairTarget, profs map[int]*profileReport, micro *microResult) []byte {
+	rp := report{rows: rows}
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+
+	p("# Benchmarks\n\n")
+	p("<!-- Generated by bench/cmd/slotbench (`%s`). Edit the generator, not this file. -->\n\n", m.Command)
+	p("slotlock locks K keys at once; without it, a user of Redis Cluster would take them one by one with SET NX, with a lock library per key, or per slot. ")
+	p("This page measures all of them side by side, in one run, against one real Redis Cluster (3 masters, 3 replicas on 127.0.0.1), ")
+	p("with a pipeline that checks nothing as the ceiling.\n\n")
+	if m.Short {
+		p("> **Short mode** (CI smoke): cells of %s, too short for the numbers to mean much. Run `make bench` for the real report.\n\n", m.Benchtime)
+	}
+
+	p("## Setup\n\n")
+	p("| | |\n|---|---|\n")
+	p("| machine | %d CPUs (`nproc`), %s, Linux %s |\n", m.CPUs, m.CPUModel, m.Kernel)
+	p("| Redis | %s, 3 masters + 3 replicas, backend: %s |\n", m.RedisVersion, backendText(m.Backend))
+	p("| Go | %s, GOMAXPROCS %d |\n", m.GoVersion, runtime.GOMAXPROCS(0))
+	p("| slotlock | commit %s |\n", m.Library)
+	p("| command | `%s` (took %s; load average %s at start, %s at end) |\n", m.Command, m.Took.Round(time.Second), m.LoadStart, m.LoadEnd)
+	p("| cell length | %s per uncontended cell, %s per contended cell (testing.B's target time) |\n\n", m.Benchtime, m.HotTime)
+	p("Client and cluster share the machine's %d cores: every figure below includes that competition, for every contender alike.\n\n", m.CPUs)
+
+	p("Each cell is a `testing.B` benchmark: W workers share b.N batches, and a batch is *lock K keys, then release them*. ")
+	p("Keys are drawn without repetition from 1,000,000 keys `order:<n>`. Uncontended cells give each worker its own share of the keyspace (n mod W = w), so no two workers ever want the same key. ")
+	p("The contended cell has %d workers taking %d keys each from %d hot keys. ", bench.ContendedW, bench.ContendedK, bench.HotKeys)
+	p("*Latency* is lock plus release of one batch; *wait* is the time from asking for the keys to holding them all. ")
+	p("Every contender uses a %s TTL (rueidislock: its own 5 s validity, extended in the background) and a client of its own.\n\n", bench.TTL)
+	p("**Every contender proves it held its keys.** Before timing, two batches per worker read every lock key back from Redis with one pipelined GET and compare it with the acquirer's token (rueidislock, whose tokens are private: the key must exist and the lock's context must be alive). ")
+	p("During timing, an in-process table records which worker holds each key, and a second claim on a held key is a violation; every release goes through the library's owner check (slotlock's `Release`, redsync's `Unlock`, redislock's `Release`, the owner-checked script, rueidislock's lock context). ")
+	p("Any violation fails the cell. None did in this run unless a cell below says FAILED.\n\n")
+	p("| contender | what one batch does |\n|---|---|\n")
+	for _, f := range bench.Contenders {
+		p("| %s | %s |\n", f.Name, f.About)
+	}
+	p("\n")
+
+	writeTargets(&b, rp, pairs)
+	writeThroughput(&b, rp)
+	writeContended(&b, rp)
+	writeTimeBudget(&b, rp, profs)
+	writeMicro(&b, micro)
+
+	p("## Files\n\n")
+	p("- [`benchmarks/results.csv`](benchmarks/results.csv): every cell, every metric (client and server CPU per batch, commands per batch, allocations).\n")
+	p("- [`benchmarks/bench.txt`](benchmarks/bench.txt): the cells in `go test -bench` format: `benchstat old.txt new.txt` compares two runs.\n")
+	p("- [`benchmarks/keys-per-second.svg`](benchmarks/keys-per-second.svg): the chart above.\n")
+	for _, k := range profiledKs {
+		if prof := profs[k]; prof != nil {
+			name := filepath.Base(prof.Path)
+			p("- [`benchmarks/%s`](benchmarks/%s): the CPU profile of slotlock at K = %s (`go tool pprof -top docs/benchmarks/%s`).\n", name, name, commas(int64(k)), name)
+		}
+	}
+	p("\nOne cell from the module: `cd bench && go test -run '^$' -bench 'Lock/mode=uncontended/lib=slotlock/K=1000/W=1' -benchtime 5s`.\n")
+	return []byte(b.String())
+}
+
+func backendText(b string) string {
+	switch b {
+	case "docker":
+		return "docker (one container per node, host networking, via testcontainers)"
+	case "process":
+		return "process (redis-server processes on the host)"
+	}
+	return b
+}
+
+func writeTargets(b *strings.Builder, rp report, pairs []*pairTarget) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	p("## Targets\n\n")
+	p("The project's targets for slotlock, as ratios of batches/s in this run. Each is measured twice. ")
+	var dU, dH time.Duration
+	for _, t := range pairs {
+		if t.A.Hot > 0 {
+			dH = t.D
+		} else {
+			dU = t.D
+		}
+	}
+	p("*Paired*: after the matrix, slotlock and the other side run alternately (A B, B A, A B, ...: cells of %s, contended %s; W = 1 unless contended) so that a burst of load from other programs hits both sides; the median of the rounds' ratios decides. ", dU, dH)
+	p("*Matrix*: the ratio of the two single cells in the tables below, at both worker counts.\n\n")
+	p("| target | required | paired: median (rounds) | matrix W = 1 | matrix W = 16 |\n|---|---:|---:|---:|---:|\n")
+	for _, t := range pairs {
+		if t.A.Hot > 0 {
+			continue
+		}
+		p("| %s | ≥ %.2f× | %s |", t.Label, t.Need, pairCell(t))
+		for _, w := range bench.Ws {
+			if r, ok := rp.ratio(t.A.Contender, t.B.Contender, t.A.K, w, 0); ok {
+				p(" %.2f× %s |", r, verdict(r >= t.Need))
+			} else {
+				p(" n/a |")
+			}
+		}
+		p("\n")
+	}
+	p("\n")
+
+	var hot *pairTarget
+	for _, t := range pairs {
+		if t.A.Hot > 0 {
+			hot = t
+		}
+	}
+	sl, okS := rp.get("slotlock", bench.ContendedK, bench.ContendedW, bench.HotKeys)
+	best, okB := rp.bestPeer()
+	if !okS || !okB || hot == nil {
+		p("Contended targets: n/a (a cell failed or did not run).\n\n")
+		return
+	}
+	p("Contended (W = %d, K = %d over %d hot keys). The best peer by batches/s in the matrix is **%s**.\n\n", bench.ContendedW, bench.ContendedK, bench.HotKeys, best.Contender)
+	p("| target | required | paired: median (rounds) | matrix: slotlock | matrix: slotlock-multi |\n|---|---:|---:|---:|---:|\n")
+	multi, okM := rp.get("slotlock-multi", bench.ContendedK, bench.ContendedW, bench.HotKeys)
+	orNA := func(ok bool, s string) string {
+		if !ok {
+			return "n/a"
+		}
+		return s
+	}
+	p("| batches/s vs best peer | ≥ 2.50× | %s | %.2f× %s | %s |\n", pairCell(hot),
+		sl.BatchesPerSec()/best.BatchesPerSec(), verdict(sl.BatchesPerSec() >= 2.5*best.BatchesPerSec()),
+		orNA(okM, fmt.Sprintf("%.2f× %s", multi.BatchesPerSec()/best.BatchesPerSec(), verdict(multi.BatchesPerSec() >= 2.5*best.BatchesPerSec()))))
+	// Waits: slotlock against the peer of the same round.
+	slRounds, peerRounds := hot.side(hot.A), hot.side(hot.B)
+	var p99s, peerP99s []string
+	worst, metP99 := sl.Wait.Max, 0
+	for i := range min(len(slRounds), len(peerRounds)) {
+		p99s = append(p99s, ms(slRounds[i].Wait.P99))
+		peerP99s = append(peerP99s, ms(peerRounds[i].Wait.P99))
+		if slRounds[i].Wait.P99 <= peerRounds[i].Wait.P99 {
+			metP99++
+		}
+		worst = max(worst, slRounds[i].Wait.Max)
+	}
+	p("| wait p99 vs best peer's | ≤ | %s against %s: %s |", strings.Join(p99s, ", "), strings.Join(peerP99s, ", "),
+		verdict(metP99 == len(p99s) && len(p99s) > 0))
+	p(" %s against %s %s | %s |\n", ms(sl.Wait.P99), ms(best.Wait.P99), verdict(sl.Wait.P99 <= best.Wait.P99),
+		orNA(okM, ms(multi.Wait.P99)+" "+verdict(multi.Wait.P99 <= best.Wait.P99)))
+	p("| longest wait | ≤ 200ms | %s over all rounds %s | %s %s | %s |\n\n", ms(worst), verdict(worst <= 200*time.Millisecond),
+		ms(sl.Wait.Max), verdict(sl.Wait.Max <= 200*time.Millisecond),
+		orNA(okM, ms(multi.Wait.Max)+" "+verdict(multi.Wait.Max <= 200*time.Millisecond)))
+}
+
+// pairCell is a paired target's median, rounds and verdict.
+func pairCell(t *pairTarget) string {
+	if t.Err != nil {
+		return "FAILED"
+	}
+	m, ok := t.median()
+	if !ok {
+		return "n/a"
+	}
+	return fmt.Sprintf("**%.2f×** (%s) %s", m, t.ratios(), verdict(m >= t.Need))
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "(met)"
+	}
+	return "(**not met**)"
+}
+
+func writeThroughput(b *strings.Builder, rp report) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	p("## Uncontended\n\n")
+	p("Batches per second, and in parentheses the ratio to slotlock (default options, shared Locker) in the same column. ")
+	p("At W = 1, slotlock and slotlock-multi are the same configuration (one worker, one Locker): the gap between them is this run's noise")
+	if gap, ok := rp.noise(); ok {
+		p(", up to %.0f%% here", 100*gap)
+	}
+	p(". ")
+	repeated := 0
+	for _, r := range rp.rows {
+		if r.Repeated {
+			repeated++
+		}
+	}
+	p("A † marks a cell during which other programs used more than %.1f of a core", noisy)
+	if repeated > 0 {
+		p(" (the runner measured %d such cells a second time and kept the cleaner measurement; † marks what stayed noisy)", repeated)
+	}
+	p(".\n\n")
+	for _, w := range bench.Ws {
+		p("### W = %d\n\n", w)
+		p("| contender |")
+		for _, k := range bench.Ks {
+			p(" K = %d |", k)
+		}
+		p("\n|---|")
+		for range bench.Ks {
+			p("---:|")
+		}
+		p("\n")
+		for _, f := range bench.Contenders {
+			p("| %s |", f.Name)
+			for _, k := range bench.Ks {
+				r, ok := rp.get(f.Name, k, w, 0)
+				if !ok {
+					p(" FAILED |")
+					continue
+				}
+				ratio, _ := rp.ratio(f.Name, "slotlock", k, w, 0)
+				p(" %s (%.2f×)%s |", num(r.BatchesPerSec()), ratio, dagger(r))
+			}
+			p("\n")
+		}
+		p("\nLatency of one batch (lock + release), p50 / p99:\n\n")
+		p("| contender |")
+		for _, k := range bench.Ks {
+			p(" K = %d |", k)
+		}
+		p("\n|---|")
+		for range bench.Ks {
+			p("---:|")
+		}
+		p("\n")
+		for _, f := range bench.Contenders {
+			p("| %s |", f.Name)
+			for _, k := range bench.Ks {
+				if r, ok := rp.get(f.Name, k, w, 0); ok {
+					p(" %s / %s |", ms(r.Latency.P50), ms(r.Latency.P99))
+				} else {
+					p(" FAILED |")
+				}
+			}
+			p("\n")
+		}
+		p("\n")
+	}
+	p("Keys per second against K, log-log (solid: slotlock; dashed: the peers; dotted: the raw ceiling):\n\n")
+	p("![keys per second against K](benchmarks/keys-per-second.svg)\n\n")
+	for _, r := range rp.rows {
+		if r.Err != nil {
+			p("- FAILED %s: %v\n", r.Name(), oneLineErr(r.Err))
+		}
+	}
+}
+
+// writeStalls lists the cells in which a contender stalled on a free key
+// and the benchmark retried the batch.
+func writeStalls(b *strings.Builder, rp report) {
+	for _, r := range rp.rows {
+		if r.Err == nil && r.Stalls > 0 {
+			fmt.Fprintf(b, "- **%s stalled** in %s: %d acquisition(s) made no progress on a free key for %s; the benchmark gave the batch back and retried it (the time counts in the latency). ",
+				r.Contender, r.Name(), r.Stalls, bench.StallAfter)
+			b.WriteString("rueidislock's WithContext, after an attempt that fails by its own 20 ms TryNextAfter timeout (CPU starvation), waits for an invalidation of the key that nothing will send.\n")
+		}
+	}
+	b.WriteString("\n")
+}
+
+func writeContended(b *strings.Builder, rp report) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	p("## Contended\n\n")
+	p("%d workers, K = %d keys per batch drawn from %d hot keys: most batches collide with several others. ", bench.ContendedW, bench.ContendedK, bench.HotKeys)
+	p("slotlock waits in its in-process queue and on release messages; rueidislock waits on invalidations; the others retry after a jittered backoff (1 to 64 ms).\n\n")
+	p("| contender | batches/s | keys/s | vs slotlock | latency p50 | latency p99 | wait p99 | longest wait |\n")
+	p("|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, f := range bench.Contenders {
+		r, ok := rp.get(f.Name, bench.ContendedK, bench.ContendedW, bench.HotKeys)
+		if !ok {
+			p("| %s | FAILED | | | | | | |\n", f.Name)
+			continue
+		}
+		ratio, _ := rp.ratio(f.Name, "slotlock", bench.ContendedK, bench.ContendedW, bench.HotKeys)
+		p("| %s | %s%s | %s | %.2f× | %s | %s | %s | %s |\n", f.Name, num(r.BatchesPerSec()), dagger(r), num(r.KeysPerSec()), ratio,
+			ms(r.Latency.P50), ms(r.Latency.P99), ms(r.Wait.P99), ms(r.Wait.Max))
+	}
+	p("\nWhat the masters executed per batch in the contended cell (INFO commandstats; commands run inside scripts included, so a script's GET and SET appear next to its EVALSHA):\n\n")
+	p("| contender | commands per batch |\n|---|---|\n")
+	for _, f := range bench.Contenders {
+		r, ok := rp.get(f.Name, bench.ContendedK, bench.ContendedW, bench.HotKeys)
+		if !ok || r.Batches == 0 {
+			continue
+		}
+		p("| %s | %s |\n", f.Name, commandMix(r, 7))
+	}
+	p("\n")
+	writeStalls(b, rp)
+}
+
+// commandMix lists the most frequent commands of a cell, per batch.
+func commandMix(r row, limit int) string {
+	type kv struct {
+		name  string
+		calls int64
+	}
+	var all []kv
+	for name, calls := range r.Server.ByCommand {
+		all = append(all, kv{name, calls})
+	}
+	slices.SortFunc(all, func(a, b kv) int {
+		if a.calls != b.calls {
+			return cmp.Compare(b.calls, a.calls)
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	var parts []string
+	for i, c := range all {
+		if i == limit {
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s %.1f", strings.ToUpper(c.name), float64(c.calls)/float64(r.Batches)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func writeTimeBudget(b *strings.Builder, rp report, profs map[int]*profileReport) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	p("## Where the time goes\n\n")
+	p("Per batch, one worker (W = 1). *Client CPU* is this process's CPU time (getrusage); *Redis CPU* is the nodes' own (INFO cpu of all 6 nodes: execution, network I/O, replication to the replicas). ")
+	p("*Script calls* and *µs per script call* come from INFO commandstats of the 3 masters, reset before each cell (EVALSHA and EVAL; a call's time includes the commands it runs); ")
+	p("*commands executed* counts every command the masters ran, those run inside scripts included.\n\n")
+	for _, k := range []int{1000, 1} {
+		p("### K = %s\n\n", commas(int64(k)))
+		p("| contender | batches/s | batch p50 | client CPU | Redis CPU | cores busy | script calls | µs per script call | commands executed | allocations |\n")
+		p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, f := range bench.Contenders {
+			r, ok := rp.get(f.Name, k, 1, 0)
+			if !ok {
+				continue
+			}
+			p("| %s | %s | %s | %s | %s | %.2f | %s | %s | %s | %d |\n", f.Name, num(r.BatchesPerSec()), ms(r.Latency.P50),
+				ms(r.PerBatch(r.ClientCPU)), ms(r.PerBatch(r.Server.CPU)), coresBusy(r),
+				perBatch(r, r.Server.ScriptCalls), perCall(r.Server.ScriptUsec, r.Server.ScriptCalls), perBatch(r, r.Server.Calls), r.AllocsPerBatch)
+		}
+		p("\n*Cores busy* is (client CPU + Redis CPU) per batch times batches/s: how much of the machine's %d cores the cell kept busy.\n", runtime.NumCPU())
+		p("\n")
+		sl, okS := rp.get("slotlock", k, 1, 0)
+		raw, okR := rp.get("raw-pipeline", k, 1, 0)
+		if okS && okR && sl.Batches > 0 && raw.Batches > 0 {
+			writeVsRaw(b, sl, raw)
+		}
+		if prof := profs[k]; prof != nil {
+			writeProfile(b, prof)
+		}
+	}
+}
+
+// writeVsRaw reads slotlock's row of one K against the raw pipeline's.
+func writeVsRaw(b *strings.Builder, sl, raw row) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	scriptPerBatch := time.Duration(sl.Server.ScriptUsec) * time.Microsecond / time.Duration(sl.Batches)
+	rawExec := time.Duration(raw.Server.Usec) * time.Microsecond / time.Duration(raw.Batches)
+	p("slotlock against the raw pipeline at K = %s (%.2f× its batches/s):\n\n", commas(int64(sl.K)), sl.BatchesPerSec()/raw.BatchesPerSec())
+	p("- **Round trips.** slotlock made %s script calls per batch: one per master holding some of the keys to lock, one to release, each set sent as one pipelined round trip to all masters at once. ", perBatch(sl, sl.Server.ScriptCalls))
+	p("That is 2 round trips per batch, as for the raw pipeline (%s commands per batch, SET NX then DEL). The peers that take keys one by one make a round trip per key or per slot.\n", perBatch(raw, raw.Server.Calls))
+	p("- **Server time.** A slotlock script call took %s µs on its master, %s per batch summed over the masters; the raw pipeline's plain commands took %s per batch. ",
+		perCall(sl.Server.ScriptUsec, sl.Server.ScriptCalls), ms(scriptPerBatch), ms(rawExec))
+	p("All node CPU (parsing, I/O and replication included): %s per batch for slotlock, %s for raw. The masters work in parallel only as far as %d cores, shared with the client, allow.\n",
+		ms(sl.PerBatch(sl.Server.CPU)), ms(raw.PerBatch(raw.Server.CPU)), runtime.NumCPU())
+	p("- **Client CPU.** %s per batch for slotlock, %s for raw (%d against %d allocations, %s against %s). Batch latency p50: %s against %s.\n",
+		ms(sl.PerBatch(sl.ClientCPU)), ms(raw.PerBatch(raw.ClientCPU)), sl.AllocsPerBatch, raw.AllocsPerBatch,
+		bytesText(sl.BytesPerBatch), bytesText(raw.BytesPerBatch), ms(sl.Latency.P50), ms(raw.Latency.P50))
+	slCPU, rawCPU := sl.PerBatch(sl.ClientCPU+sl.Server.CPU), raw.PerBatch(raw.ClientCPU+raw.Server.CPU)
+	p("- **CPU budget.** Client and Redis together spend %s of CPU per slotlock batch and %s per raw batch, and the cells kept %.2f and %.2f of the %d cores busy. ",
+		ms(slCPU), ms(rawCPU), coresBusy(sl), coresBusy(raw), runtime.NumCPU())
+	if coresBusy(sl) > 0.75*float64(runtime.NumCPU()) && coresBusy(raw) > 0.75*float64(runtime.NumCPU()) {
+		p("Both are close to CPU-bound here, so their throughput ratio follows their CPU per batch: raw/slotlock CPU is %.2f, the measured batches/s ratio %.2f.\n\n",
+			float64(rawCPU)/float64(slCPU), sl.BatchesPerSec()/raw.BatchesPerSec())
+	} else {
+		p("At least one of them leaves CPU idle: a single worker also waits on the wire, so latency, not CPU alone, sets its pace.\n\n")
+	}
+}
+
+// coresBusy is the CPU a cell used per second of wall time, client and
+// Redis nodes together.
+func coresBusy(r row) float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return (r.ClientCPU + r.Server.CPU).Seconds() / r.Elapsed.Seconds()
+}
+
+func writeProfile(b *strings.Builder, prof *profileReport) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	s := prof.Summary
+	p("CPU profile of the client during a separate %s run of slotlock at K = %s, W = 1 (%d batches, %.0f batches/s; %s of CPU samples, %s per batch; [`benchmarks/%s`](benchmarks/%s)):\n\n",
+		prof.Duration.Round(100*time.Millisecond), commas(int64(prof.K)), prof.Batches, prof.BatchesPerSec(), s.Total.Round(time.Millisecond),
+		ms(prof.PerBatch(s.Total)), filepath.Base(prof.Path), filepath.Base(prof.Path))
+	p("| where | share of client CPU | per batch |\n|---|---:|---:|\n")
+	for _, sh := range s.Buckets {
+		p("| %s | %.1f%% | %s |\n", sh.Name, pct(sh.Time, s.Total), ms(prof.PerBatch(sh.Time)))
+	}
+	p("\nslotlock's own functions, cumulative (the function and everything it calls, rueidis and the runtime included):\n\n")
+	p("| function | cumulative | per batch |\n|---|---:|---:|\n")
+	for _, sh := range s.Library {
+		p("| `%s` | %.1f%% | %s |\n", strings.TrimPrefix(sh.Name, "github.com/slotlock/slotlock/"), pct(sh.Time, s.Total), ms(prof.PerBatch(sh.Time)))
+	}
+	p("\nOn CPU themselves (flat), the top functions:\n\n")
+	p("| function | flat |\n|---|---:|\n")
+	for _, sh := range s.Flat {
+		p("| `%s` | %.1f%% |\n", sh.Name, pct(sh.Time, s.Total))
+	}
+	p("\n")
+}
+
+func writeMicro(b *strings.Builder, micro *microResult) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	p("## slot package micro-benchmarks\n\n")
+	if micro == nil {
+		p("Did not run (see the runner's output).\n\n")
+		return
+	}
+	p("Pure computation, no Redis: `%s` from the root module.\n\n", micro.Command)
+	p("```\n%s\n```\n\n", strings.Join(micro.Lines, "\n"))
+	ok := micro.KeySlot16NS > 0 && micro.KeySlot16NS < 20 && micro.KeySlot16Allocs == 0
+	p("KeySlot of a 16-byte key: %.2f ns, %d allocations; required well under 20 ns with 0 allocations %s.\n\n", micro.KeySlot16NS, micro.KeySlot16Allocs, verdict(ok))
+}
+
+func dagger(r row) string {
+	if r.Foreign > noisy {
+		return " †"
+	}
+	return ""
+}
+
+func num(v float64) string {
+	switch {
+	case v >= 100:
+		return commas(int64(v + 0.5))
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+func commas(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	var out []byte
+	for i := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			out = append(out, ',')
+		}
+		out = append(out, s[i])
+	}
+	return string(out)
+}
+
+func perBatch(r row, total int64) string {
+	if r.Batches == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.1f", float64(total)/float64(r.Batches))
+}
+
+func perCall(usec, calls int64) string {
+	if calls == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f", float64(usec)/float64(calls))
+}
+
+func pct(a, total time.Duration) float64 {
+	if total == 0 {
+		return 0
+	}
+	return 100 * float64(a) / float64(total)
+}
+
+func bytesText(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.0f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+func us(d time.Duration) string { return strconv.FormatInt(d.Microseconds(), 10) }
+func f1(v float64) string       { return strconv.FormatFloat(v, 'f', 1, 64) }
+func f3(v float64) string       { return strconv.FormatFloat(v, 'f', 3, 64) }
+
+func oneLineErr(err error) string {
+	s := strings.ReplaceAll(err.Error(), "\n", "; ")
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return s
+}

@@ -1,0 +1,87 @@
+package bench
+
+import (
+	"math/rand/v2"
+	"strconv"
+	"sync"
+)
+
+// Keyspace is the number of distinct user keys, order:0 .. order:999999.
+const Keyspace = 1_000_000
+
+// HotKeys is the keyspace of the contended cells: every worker draws from
+// the same 200 keys, so batches of 10 collide often.
+const HotKeys = 200
+
+var (
+	keysOnce  sync.Once
+	orderKeys []string
+)
+
+// keyNames returns the names of the whole keyspace, built once: formatting
+// keys inside the timed loop would charge every contender for Sprintf.
+func keyNames() []string {
+	keysOnce.Do(func() {
+		orderKeys = make([]string, Keyspace)
+		for i := range orderKeys {
+			orderKeys[i] = "order:" + strconv.Itoa(i)
+		}
+	})
+	return orderKeys
+}
+
+// sampler draws batches of distinct keys from one worker's share of the
+// keyspace: the keys n with n mod stride == offset, among the first size
+// keys. Uncontended workers get disjoint shares, so no two of them ever
+// want the same key; contended workers share the hot keys.
+type sampler struct {
+	rng    *rand.Rand
+	names  []string
+	offset int
+	stride int
+	size   int // keys in the share
+
+	// seen marks drawn share positions with the current generation, so a
+	// draw needs no map and no clearing.
+	seen []uint32
+	gen  uint32
+
+	keys []string
+	idx  []int
+}
+
+func newSampler(seed uint64, offset, stride, size int) *sampler {
+	return &sampler{
+		rng:    rand.New(rand.NewPCG(seed, 0x510710c)),
+		names:  keyNames(),
+		offset: offset,
+		stride: stride,
+		size:   size,
+		seen:   make([]uint32, size),
+	}
+}
+
+// next returns k distinct keys and their numbers (indexes into the
+// keyspace). The slices are reused by the next call.
+func (s *sampler) next(k int) ([]string, []int) {
+	s.gen++
+	s.keys, s.idx = s.keys[:0], s.idx[:0]
+	// Floyd's algorithm: k distinct draws in k steps whatever k/size is.
+	for j := s.size - k; j < s.size; j++ {
+		t := s.rng.IntN(j + 1)
+		if s.seen[t] == s.gen {
+			t = j
+		}
+		s.seen[t] = s.gen
+		n := s.offset + t*s.stride
+		s.idx = append(s.idx, n)
+		s.keys = append(s.keys, s.names[n])
+	}
+	// Floyd's order is not uniform: shuffle so that no contender sees
+	// keys sorted by accident.
+	s.rng.Shuffle(len(s.keys), func(a, b int) {
+		s.keys[a], s.keys[b] = s.keys[b], s.keys[a]
+		s.idx[a], s.idx[b] = s.idx[b], s.idx[a]
+	})
+	return s.keys, s.idx
+}
