@@ -21,7 +21,7 @@ func TestNoGoroutineLeaks(t *testing.T) {
 	func() {
 		e := newEnv(t)
 		ctx := ctxT(t, 30*time.Second)
-		l, err := slotlock.New(e.client, slotlock.Options{Prefix: e.prefix, TTL: 300 * time.Millisecond, Renew: slotlock.RenewAlways})
+		l, err := slotlock.New(e.client, slotlock.Options{Prefix: e.prefix, TTL: time.Second, Renew: slotlock.RenewAlways})
 		require.NoError(t, err)
 		other, err := slotlock.New(e.client, slotlock.Options{Prefix: e.prefix})
 		require.NoError(t, err)

@@ -217,7 +217,7 @@ func TestPipelineStrategy(t *testing.T) {
 		func() {
 			e := noLuaEnv(t, c)
 			l, err := slotlock.New(e.client, slotlock.Options{Prefix: e.prefix, Strategy: slotlock.StrategyPipeline,
-				TTL: 500 * time.Millisecond, Renew: slotlock.RenewAlways})
+				TTL: 900 * time.Millisecond, Renew: slotlock.RenewAlways})
 			require.NoError(t, err)
 			other, err := slotlock.New(e.client, slotlock.Options{Prefix: e.prefix, Strategy: slotlock.StrategyPipeline})
 			require.NoError(t, err)
@@ -230,7 +230,7 @@ func TestPipelineStrategy(t *testing.T) {
 			require.ErrorIs(t, err, context.DeadlineExceeded)
 			_, err = other.TryLock(ctx, keysN("leak", 100)...)
 			require.ErrorIs(t, err, slotlock.ErrNotAcquired)
-			time.Sleep(400 * time.Millisecond) // a renewal or two
+			time.Sleep(700 * time.Millisecond) // a renewal or two (period 300 ms)
 			require.NoError(t, held.Release(ctx))
 			require.NoError(t, l.Close())
 			require.NoError(t, other.Close())
