@@ -36,9 +36,14 @@ type Lease struct {
 	warning  error
 	ended    bool
 	released bool
-	cause    error // ErrReleased, or a *LostError
-	done     chan struct{}
-	onEnd    map[*struct{}]func(error)
+	// abandoned: a Release ran out of time before the release script
+	// answered. The watchdog stops renewing the lease, so that its keys
+	// expire by their TTL as Release promises, and ends it as released at
+	// its deadline; a later Release may still delete the keys at once.
+	abandoned bool
+	cause     error // ErrReleased, or a *LostError
+	done      chan struct{}
+	onEnd     map[*struct{}]func(error)
 }
 
 func newLease(l *Locker, set *batch.Set, token string, ctx context.Context) *Lease {
@@ -213,9 +218,27 @@ func (le *Lease) lose(idx []int) {
 }
 
 // expire ends a lease whose deadline passed without a renewal: every key
-// may be gone.
+// may be gone. A lease whose Release ran out of time ends as released: its
+// keys expired, as its holder was told they would.
 func (le *Lease) expire() {
+	le.mu.Lock()
+	abandoned := le.abandoned && !le.released
+	if abandoned {
+		le.released = true
+	}
+	le.mu.Unlock()
+	if abandoned {
+		le.end(ErrReleased)
+		return
+	}
 	le.end(le.lostError(allOf(le.set.Len())))
+}
+
+// renewing reports whether the watchdog should renew the lease.
+func (le *Lease) renewing() bool {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	return le.renew && !le.abandoned
 }
 
 func allOf(n int) []int {
@@ -241,6 +264,12 @@ func (le *Lease) renewed(deadline time.Time) {
 // longer held it returns a *LostError naming them (errors.Is ErrNotHeld).
 // A reentrant lease gives up its hold; the key stays locked while other
 // leases of the same owner hold it.
+//
+// If ctx ends before every node answered, Release returns an error and the
+// lease is no longer renewed: its keys expire by their TTL, and the lease
+// ends with ErrReleased at its Deadline. (A renewal already sent may still
+// reach a slow node later and keep a key up to one TTL past its arrival.)
+// Calling Release again with time to spare deletes them at once.
 func (le *Lease) Release(ctx context.Context) error {
 	le.mu.Lock()
 	released := le.released
@@ -250,9 +279,14 @@ func (le *Lease) Release(ctx context.Context) error {
 	}
 	lost, err := le.eng.Release(ctx, le.set, nil, le.who)
 	if err != nil && ctx.Err() != nil {
-		// Not done: the caller may call again with time to spare; the
-		// keys expire by their TTL in any case.
-		return fmt.Errorf("slotlock: release: %w", err)
+		// Not done: the caller may call again with time to spare. The
+		// keys must expire by their TTL in any case, so the watchdog
+		// stops renewing them (a caller that gave up would otherwise
+		// hold them for the life of the Locker).
+		le.mu.Lock()
+		le.abandoned = true
+		le.mu.Unlock()
+		return fmt.Errorf("slotlock: release (the keys expire by their TTL unless Release is called again): %w", err)
 	}
 	le.mu.Lock()
 	released, le.released = le.released, true

@@ -110,7 +110,7 @@ func (w *watchdog) tick() (failed bool) {
 	var renew []*Lease
 	for _, le := range all {
 		switch {
-		case le.renew:
+		case le.renewing():
 			renew = append(renew, le)
 		case !now.Before(le.Deadline()):
 			le.expire()

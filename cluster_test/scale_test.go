@@ -19,9 +19,6 @@ const (
 	// envReport names a file that receives one JSON line per scenario
 	// run, for the table in docs/faults.md.
 	envReport = "SLOTLOCK_CHAOS_REPORT"
-	// envKnownBugs=1 runs the reproductions of library bugs that are not
-	// fixed yet; they fail until the fix lands (docs/faults.md lists them).
-	envKnownBugs = "SLOTLOCK_KNOWN_BUGS"
 )
 
 // scale is how long the suite runs: short by default, long for make chaos.
@@ -40,16 +37,6 @@ func pick[T any](s scale, short, long T) T {
 }
 
 func (s scale) String() string { return pick(s, "short", "long") }
-
-// knownBug skips t, the reproduction of an unfixed library bug, unless
-// envKnownBugs asks for it: the default run stays green, and the fix is
-// checked by running with SLOTLOCK_KNOWN_BUGS=1, then removing this call.
-func knownBug(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv(envKnownBugs) != "1" {
-		t.Skipf("known library bug, reproduced with %s=1: %s", envKnownBugs, what)
-	}
-}
 
 // report gathers what one scenario run counted and measured, and prints it
 // as one line (and one JSON line into $SLOTLOCK_CHAOS_REPORT): grants,
