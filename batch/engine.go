@@ -43,6 +43,10 @@ type Engine struct {
 	nodesMu  sync.Mutex
 	nodes    map[string]rueidis.Client // per-node clients, by address
 	nodesGen uint64                    // slot map generation they were taken at
+	// troubled lists nodes that recently failed a call for a reason other
+	// than a Redis error (a timeout, a broken connection), until when. Calls
+	// to such a node always run in a goroutine of their own; see exec.
+	troubled map[string]time.Time
 }
 
 // slotModeSpell is how long a node stays in per-slot mode after a

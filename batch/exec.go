@@ -55,6 +55,23 @@ func (e *Engine) exec(ctx context.Context, calls []call, jobs []job, w *waitAfte
 	if w != nil {
 		waits = make(map[string]rueidis.RedisResult, len(runs))
 	}
+	if len(runs) == 1 && !e.isTroubled(runs[0].node) {
+		// One node, healthy as far as we know: call it from this
+		// goroutine. Handing the call to another goroutine and back costs
+		// two scheduler wake-ups, measured at 40 µs of a 230 µs
+		// single-key lock and release on 2 cores. rueidis honours ctx on
+		// a live connection; the one wait it does not bound by ctx is for
+		// a redial in progress, which follows a failed call: the node is
+		// then troubled and takes the goroutine path below for a while.
+		r := e.runNode(ctx, 0, runs[0], calls, jobs, w)
+		for k, ci := range runs[0].calls {
+			out[ci] = r.res[k]
+		}
+		if r.hasWt {
+			waits[runs[0].node] = r.wait
+		}
+		return out, waits
+	}
 	results := make(chan nodeResult, len(runs)) // never blocks a late sender
 	for i := range runs {
 		go func() { results <- e.runNode(ctx, i, runs[i], calls, jobs, w) }()
@@ -128,6 +145,33 @@ func (e *Engine) nodeClient(addr string) rueidis.Client {
 	return e.nodes[addr] // nil: runNode reports the node unreachable
 }
 
+// troubleFor is how long a node that failed a call stays troubled: longer
+// than rueidis takes to give up a dial (its dial timeout, 5 s by default)
+// and to refresh its slot map after a failover.
+const troubleFor = 15 * time.Second
+
+// trouble marks node as troubled for troubleFor.
+func (e *Engine) trouble(node string) {
+	e.nodesMu.Lock()
+	defer e.nodesMu.Unlock()
+	if e.troubled == nil {
+		e.troubled = make(map[string]time.Time)
+	}
+	e.troubled[node] = time.Now().Add(troubleFor)
+}
+
+// isTroubled reports whether node failed a call within troubleFor.
+func (e *Engine) isTroubled(node string) bool {
+	e.nodesMu.Lock()
+	defer e.nodesMu.Unlock()
+	until, ok := e.troubled[node]
+	if ok && time.Now().After(until) {
+		delete(e.troubled, node)
+		return false
+	}
+	return ok
+}
+
 // forgetNode drops the cached client of a node, so that the next call takes
 // the one rueidis has now.
 func (e *Engine) forgetNode(addr string) {
@@ -170,15 +214,17 @@ func (e *Engine) runNode(ctx context.Context, ri int, run nodeRun, calls []call,
 	}
 	res := client.DoMulti(ctx, build(false, all)...)
 	copy(r.res, res[:len(run.calls)])
-	if direct {
-		for _, x := range res {
-			if x.NonRedisError() != nil {
-				// rueidis may have closed this connection and dialled a new
-				// one (after an error, a failover, a refresh): the client
-				// taken from Nodes() keeps the old one. Take it afresh.
+	for _, x := range res {
+		if x.NonRedisError() != nil {
+			e.trouble(run.node)
+			if direct {
+				// rueidis may have closed this connection and dialled a
+				// new one (after an error, a failover, a refresh): the
+				// client taken from Nodes() keeps the old one. Take it
+				// afresh.
 				e.forgetNode(run.node)
-				break
 			}
+			break
 		}
 	}
 	if w != nil {
