@@ -327,7 +327,7 @@ func allIndexes(n, from int) []int {
 }
 
 // Acquire makes one attempt to take keys from..Len()-1 of set for who.
-// Every node's call checks all its keys before it writes any; the calls of
+// Every node's call takes all its keys or none (see acquire.lua); the calls of
 // all nodes go out in one pipelined round trip.
 func (e *Engine) Acquire(ctx context.Context, set *Set, from int, who Who, ttl time.Duration, opt AcquireOptions) Attempt {
 	a := Attempt{State: make([]KeyState, set.Len())}

@@ -1,6 +1,8 @@
--- acquire: take lock keys, checking every key before writing any, so that
--- a failure (a conflict, or a key of a slot this node no longer serves,
--- which raises an error on first touch) leaves nothing written.
+-- acquire: take lock keys all or nothing, so that a failure (a conflict,
+-- or a key of a slot this node no longer serves, which raises an error on
+-- first touch) leaves nothing written: the general path checks every key
+-- before writing any; the fast path for plain leases writes as it checks
+-- and deletes what it wrote before it returns otherwise.
 --
 -- ARGV[1] holder: the lease token, or the owner token of a reentrant lease
 -- ARGV[2] lease token of a reentrant lease, "" otherwise
