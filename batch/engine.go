@@ -569,7 +569,7 @@ func (e *Engine) ownerChecked(ctx context.Context, jobs []job, w *waitAfter) []O
 		if _, rerr := e.topo.Refresh(ctx, gen); rerr != nil && ctx.Err() != nil {
 			break
 		}
-		if err := sleepCtx(ctx, backoff(round)); err != nil {
+		if err := SleepCtx(ctx, Backoff(round)); err != nil {
 			for ji := range retry {
 				k := pending[ji].orig
 				errs[k] = append(errs[k], err)
@@ -590,23 +590,6 @@ func (e *Engine) ownerChecked(ctx context.Context, jobs []job, w *waitAfter) []O
 		out[k].Err = errors.Join(errs[k]...)
 	}
 	return out
-}
-
-// backoff is the pause before re-planning after a stale topology: short,
-// because a moved slot is usually settled within milliseconds.
-func backoff(round int) time.Duration {
-	return time.Millisecond << min(round, 6)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
 }
 
 // shortNodes returns the nodes whose WAIT reply came back short (or not at

@@ -171,7 +171,7 @@ func (e *Engine) TryLock(ctx context.Context, set *Set, r Request) (Grant, error
 			return Grant{}, errors.Join(context.Cause(ctx), a.Err, rbErr)
 		}
 		if Transient(a.Err) && round < maxTopologyRetries {
-			if err := sleepCtx(ctx, backoff(round)); err != nil {
+			if err := SleepCtx(ctx, Backoff(round)); err != nil {
 				return Grant{}, err
 			}
 			continue
@@ -268,7 +268,7 @@ func (e *Engine) Lock(ctx context.Context, set *Set, r Request, w *Waker) (Grant
 		} else {
 			// A moved slot or a lost reply at f: the engine refreshed its
 			// slot map; try again shortly.
-			werr = sleepCtx(ctx, backoff(waits))
+			werr = SleepCtx(ctx, Backoff(waits))
 			waits++
 		}
 		<-trimmed

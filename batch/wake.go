@@ -86,21 +86,11 @@ func (w *Waker) join(ctx context.Context, ch string) error {
 	}
 }
 
-// Backoff bounds of the fallback timer. The release message is what wakes
-// a waiter; the timer only covers what pub/sub cannot see (a release by a
-// script-free holder, subscriptions dropped by a failover), so it starts at
-// tens of milliseconds rather than polling.
-const (
-	minWait = 50 * time.Millisecond
-	maxWait = time.Second
-)
-
 // fallback is the timer of the attempt-th wait for one key: the holder's
 // remaining TTL (plus a little, so the key has surely expired), capped by an
 // exponential backoff with jitter so that waiters do not retry in lockstep.
 func fallback(holderTTL time.Duration, attempt int) time.Duration {
-	d := min(maxWait, minWait<<min(attempt, 10))
-	d = d/2 + rand.N(d/2+1) // half fixed, half jitter
+	d := WaitBackoff(attempt)
 	if holderTTL >= 0 {
 		d = min(d, holderTTL+time.Millisecond+rand.N(time.Millisecond))
 	}

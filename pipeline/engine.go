@@ -56,7 +56,7 @@ func (e *Engine) TryLock(ctx context.Context, set *batch.Set, r batch.Request) (
 			return batch.Grant{}, errors.Join(context.Cause(ctx), a.err, rbErr)
 		}
 		if transient(a.err) && rbErr == nil && round < maxTopologyRetries {
-			if err := sleepCtx(ctx, retryPause(round)); err != nil {
+			if err := batch.SleepCtx(ctx, batch.Backoff(round)); err != nil {
 				return batch.Grant{}, errors.Join(err, a.err)
 			}
 			continue
@@ -190,13 +190,13 @@ func (e *Engine) Lock(ctx context.Context, set *batch.Set, r batch.Request, _ *b
 		} else {
 			// A moved slot, a lost reply or a lost prefix key at f: try
 			// again shortly.
-			d = retryPause(waits)
+			d = batch.Backoff(waits)
 		}
 		waits++
 		if held > 0 {
 			d = min(d, max(r.TTL/3, time.Millisecond))
 		}
-		werr := sleepCtx(ctx, d)
+		werr := batch.SleepCtx(ctx, d)
 		if c := <-trimmed; c != nil {
 			for k, i := range above {
 				if c.out[k] != failed {

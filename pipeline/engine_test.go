@@ -114,12 +114,12 @@ func TestOurs(t *testing.T) {
 func TestWaitForIsBoundedByTheHolder(t *testing.T) {
 	for attempt := range 20 {
 		d := waitFor(-1, attempt)
-		assert.GreaterOrEqual(t, d, minWait/2)
-		assert.LessOrEqual(t, d, maxWait)
+		assert.GreaterOrEqual(t, d, batch.MinWait/2)
+		assert.LessOrEqual(t, d, batch.MaxWait)
 		assert.LessOrEqual(t, waitFor(3*time.Millisecond, attempt), 4*time.Millisecond)
 		assert.Equal(t, time.Millisecond, waitFor(0, attempt))
 	}
-	assert.LessOrEqual(t, waitFor(-1, 0), minWait)
+	assert.LessOrEqual(t, waitFor(-1, 0), batch.MinWait)
 }
 
 func TestTransient(t *testing.T) {

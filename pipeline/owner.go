@@ -117,7 +117,7 @@ func (e *Engine) ownerChecked(ctx context.Context, o op, items []item) *checked 
 		if _, rerr := e.topo.Refresh(ctx, gen); rerr != nil && ctx.Err() != nil {
 			break
 		}
-		if sleepCtx(ctx, retryPause(round)) != nil {
+		if batch.SleepCtx(ctx, batch.Backoff(round)) != nil {
 			break
 		}
 		for _, i := range stale {
