@@ -267,11 +267,11 @@ func (e *Engine) build(c call, j job, eval bool) rueidis.Completed {
 			keys = append(keys, set.Lock[i])
 		}
 		if j.fence {
-			keys = append(keys, slotKey(set.Lock[c.idx[0]], "#fence"))
+			keys = append(keys, set.fenceKey(c.idx[0]))
 		}
 		if j.holds {
 			for _, i := range c.idx {
-				keys = append(keys, holdKey(set.Lock[i]))
+				keys = append(keys, set.holdKey(i))
 			}
 		}
 		args := make([]string, 0, len(j.head)+2)

@@ -28,7 +28,7 @@ func (e *Engine) Guard(ctx context.Context, set *Set, idx []int, who Who, userKe
 	if who.Lease != "" {
 		// Declared for Redis's migration rules: the script reads them.
 		for _, i := range idx {
-			keys = append(keys, holdKey(set.Lock[i]))
+			keys = append(keys, set.holdKey(i))
 		}
 	}
 	args := make([]string, 0, 3+len(cmd))

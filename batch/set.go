@@ -1,8 +1,6 @@
 package batch
 
 import (
-	"strings"
-
 	"github.com/slotlock/slotlock/slot"
 )
 
@@ -11,8 +9,9 @@ import (
 // that stands for each of them. Every attempt, extension and release of the
 // lease works on indexes into a Set.
 type Set struct {
-	Keys []slot.Key
-	Lock []string
+	Keys  []slot.Key
+	Lock  []string
+	names slot.Namer
 }
 
 // NewSet orders keys canonically and names their lock keys.
@@ -22,23 +21,17 @@ func NewSet(names slot.Namer, keys []string) *Set {
 	for i, k := range ks {
 		lk[i] = names.LockKeyInSlot(k.Name, k.Slot)
 	}
-	return &Set{Keys: ks, Lock: lk}
+	return &Set{Keys: ks, Lock: lk, names: names}
 }
 
 // Len returns the number of distinct keys.
 func (s *Set) Len() int { return len(s.Keys) }
 
-// slotKey returns the key named suffix in lock key P{T}:K's slot: P{T}+suffix
-// (the prefix has no braces, so the first '}' closes the slot tag). It is
-// the Go twin of slot_key in common.lua.
-func slotKey(lock, suffix string) string {
-	b := strings.IndexByte(lock, '}')
-	return lock[:b+1] + suffix
-}
+// fenceKey returns the fencing counter of key i's slot (slot_key(k,
+// '#fence') in common.lua).
+func (s *Set) fenceKey(i int) string { return s.names.FenceKey(s.Keys[i].Slot) }
 
-// holdKey returns the hold set of lock key P{T}:K: P{T}#n:K, the Go twin of
-// hold_key in reentrant/hold.lua.
-func holdKey(lock string) string {
-	b := strings.IndexByte(lock, '}')
-	return lock[:b+1] + "#n" + lock[b+1:]
+// holdKey returns the hold set of key i (hold_key in reentrant/hold.lua).
+func (s *Set) holdKey(i int) string {
+	return s.names.HoldCountKeyInSlot(s.Keys[i].Name, s.Keys[i].Slot)
 }

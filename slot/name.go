@@ -77,7 +77,13 @@ func (n Namer) FenceKey(s uint16) string {
 
 // HoldCountKey returns the key of userKey's reentrant hold count.
 func (n Namer) HoldCountKey(userKey string) string {
-	return n.prefix + "{" + Tag(KeySlot(userKey)) + "}#n:" + userKey
+	return n.HoldCountKeyInSlot(userKey, KeySlot(userKey))
+}
+
+// HoldCountKeyInSlot is HoldCountKey when the caller already knows
+// s = KeySlot(userKey).
+func (n Namer) HoldCountKeyInSlot(userKey string, s uint16) string {
+	return n.prefix + "{" + Tag(s) + "}#n:" + userKey
 }
 
 // UserKey returns the user key a lock key was made for, and false when

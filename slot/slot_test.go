@@ -112,6 +112,13 @@ func TestLockKeyColocatedAndInjective(t *testing.T) {
 		lockKeys[lk] = k
 		require.NotEqual(t, lk, n.FenceKey(KeySlot(k)))
 		require.NotEqual(t, lk, n.HoldCountKey(k))
+		// The scripts derive the counter and hold set from the lock key
+		// P{T}:K (slot_key in common.lua, hold_key in hold.lua), the Go
+		// side from the Namer: the names must agree, or a per-slot call
+		// declares keys other than the ones its script touches.
+		b := strings.IndexByte(lk, '}')
+		require.Equal(t, lk[:b+1]+"#fence", n.FenceKey(KeySlot(k)))
+		require.Equal(t, lk[:b+1]+"#n"+lk[b+1:], n.HoldCountKeyInSlot(k, KeySlot(k)))
 	}
 }
 
