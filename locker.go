@@ -170,13 +170,13 @@ func (l *Locker) acquire(ctx context.Context, keys []string, wait bool) (*Lease,
 		return nil, err
 	}
 	le := newLease(l, batch.NewSet(l.names, keys), token, ctx)
-	local := le.Keys()
 	if l.local != nil {
+		le.localKeys = le.Keys()
 		if wait {
-			if err := l.local.Acquire(ctx, local, le.holder); err != nil {
+			if err := l.local.Acquire(ctx, le.localKeys, le.holder); err != nil {
 				return nil, err
 			}
-		} else if cs := l.local.TryAcquire(local, le.holder); cs != nil {
+		} else if cs := l.local.TryAcquire(le.localKeys, le.holder); cs != nil {
 			return nil, localConflict(le.set, cs)
 		}
 	}
@@ -210,7 +210,7 @@ func (l *Locker) acquire(ctx context.Context, keys []string, wait bool) (*Lease,
 	}
 	if err != nil {
 		if l.local != nil {
-			l.local.Release(local, le.holder)
+			l.local.Release(le.localKeys, le.holder)
 		}
 		if l.afterFailure != nil {
 			l.afterFailure(token, err)
