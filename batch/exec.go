@@ -28,6 +28,9 @@ type nodeRun struct {
 	// where Redis enforces the migration rules (TRYAGAIN while a slot's keys
 	// are split).
 	direct rueidis.Client
+	// nodeWide: some call covers the whole node, so the run goes through
+	// direct (nil: rueidis has no client for the node yet).
+	nodeWide bool
 }
 
 // nodeResult is what one node's goroutine sends back.
@@ -119,7 +122,8 @@ func (e *Engine) groupRuns(calls []call) []nodeRun {
 			runs = append(runs, nodeRun{node: c.node})
 		}
 		runs[ri].calls = append(runs[ri].calls, ci)
-		if !c.perSlot && runs[ri].direct == nil {
+		if !c.perSlot && !runs[ri].nodeWide {
+			runs[ri].nodeWide = true
 			runs[ri].direct = e.nodeClient(c.node)
 		}
 	}
@@ -183,10 +187,7 @@ func (e *Engine) forgetNode(addr string) {
 func (e *Engine) runNode(ctx context.Context, ri int, run nodeRun, calls []call, jobs []job, w *waitAfter) nodeResult {
 	r := nodeResult{run: ri, res: make([]rueidis.RedisResult, len(run.calls))}
 	client := e.client
-	direct := false
-	for _, ci := range run.calls {
-		direct = direct || !calls[ci].perSlot
-	}
+	direct := run.nodeWide
 	if direct {
 		if run.direct == nil {
 			for k := range r.res {
