@@ -317,14 +317,7 @@ func TestWaitingDoesNotPoll(t *testing.T) {
 	require.NoError(t, err)
 
 	before := commandCalls(t, ctx, node, "evalsha") + commandCalls(t, ctx, node, "eval")
-	got := make(chan error, 1)
-	go func() {
-		lease, err := waiter.Lock(ctx, key)
-		if err == nil {
-			err = lease.Release(ctx)
-		}
-		got <- err
-	}()
+	got := lockInBackground(ctx, waiter, key)
 	// Hold the key for 1.5 s while the waiter waits.
 	names, _ := slot.NewNamer(e.prefix)
 	require.Eventually(t, func() bool {
@@ -356,14 +349,7 @@ func TestStandaloneServer(t *testing.T) {
 	_, err = b.TryLock(ctx, "x", keys[3])
 	require.ErrorIs(t, err, slotlock.ErrNotAcquired)
 	require.Len(t, e.lockKeys(), 500)
-	got := make(chan error, 1)
-	go func() {
-		lb, err := b.Lock(ctx, keys[499], "y")
-		if err == nil {
-			err = lb.Release(ctx)
-		}
-		got <- err
-	}()
+	got := lockInBackground(ctx, b, keys[499], "y")
 	require.NoError(t, la.Release(ctx))
 	require.NoError(t, <-got)
 	require.Empty(t, e.lockKeys())

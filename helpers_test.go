@@ -12,6 +12,7 @@ import (
 
 	"github.com/slotlock/slotlock"
 	"github.com/slotlock/slotlock/internal/redistest"
+	"github.com/slotlock/slotlock/slot"
 )
 
 var cluster *redistest.Cluster
@@ -112,3 +113,63 @@ func (e *env) requireNoneWith(token string) {
 }
 
 func redistestRequire(t testing.TB) { redistest.Require(t, cluster) }
+
+// lockInBackground locks keys with l in a goroutine and releases them at
+// once; the channel gets the first error, or nil. For waiters that a test
+// wakes by releasing what blocks them.
+func lockInBackground(ctx context.Context, l *slotlock.Locker, keys ...string) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		lease, err := l.Lock(ctx, keys...)
+		if err == nil {
+			err = lease.Release(ctx)
+		}
+		got <- err
+	}()
+	return got
+}
+
+// requireExtendThenLoss checks Extend on a 100-key lease of l: every key
+// gets the new expiry; after an operator deletes one key, Extend and then
+// Release name that key, and nothing is left locked.
+func requireExtendThenLoss(t *testing.T, e *env, l *slotlock.Locker, ctx context.Context) {
+	t.Helper()
+	lease, err := l.Lock(ctx, keysN("ext", 100)...)
+	require.NoError(t, err)
+	d0 := lease.Deadline()
+	require.NoError(t, lease.Extend(ctx, time.Minute))
+	require.True(t, lease.Deadline().After(d0.Add(50*time.Second)))
+	names, _ := slot.NewNamer(e.prefix)
+	for _, k := range lease.Keys() {
+		pttl, err := e.client.Do(ctx, e.client.B().Pttl().Key(names.LockKey(k)).Build()).AsInt64()
+		require.NoError(t, err)
+		require.Greater(t, pttl, int64(50_000), "key %q", k)
+	}
+	// An operator deletes one key: Extend names it, Release too.
+	victim := names.LockKey(lease.Keys()[42])
+	require.NoError(t, e.client.Do(ctx, e.client.B().Del().Key(victim).Build()).Error())
+	err = lease.Extend(ctx, time.Minute)
+	var le *slotlock.LostError
+	require.ErrorAs(t, err, &le)
+	require.Equal(t, []string{lease.Keys()[42]}, le.Keys)
+	err = lease.Release(ctx)
+	require.ErrorAs(t, err, &le)
+	require.Equal(t, []string{lease.Keys()[42]}, le.Keys)
+	require.Empty(t, e.lockKeys())
+}
+
+// requireReplicaRefusal checks that strict (MinReplicas 1) refuses a
+// TryLock of key and two others while key's master, at master, has its
+// replica paused: ErrReplicas naming master, and the attempt rolled back.
+func requireReplicaRefusal(t *testing.T, e *env, strict *slotlock.Locker, ctx context.Context, key, master string) {
+	t.Helper()
+	var failed []string
+	strict.SetAfterFailure(func(token string, _ error) { failed = append(failed, token) })
+	_, err := strict.TryLock(ctx, key, "other:1", "other:2")
+	require.ErrorIs(t, err, slotlock.ErrReplicas)
+	var re *slotlock.ReplicaError
+	require.ErrorAs(t, err, &re)
+	require.Equal(t, master, re.Shortfalls[0].Node)
+	require.Len(t, failed, 1)
+	require.Empty(t, e.lockKeys(), "rolled back")
+}

@@ -36,14 +36,7 @@ func TestNoGoroutineLeaks(t *testing.T) {
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		cancel()
 		// A waiter that is woken by the release.
-		got := make(chan error, 1)
-		go func() {
-			le, err := other.Lock(ctx, "a")
-			if err == nil {
-				err = le.Release(ctx)
-			}
-			got <- err
-		}()
+		got := lockInBackground(ctx, other, "a")
 		time.Sleep(50 * time.Millisecond) // let it start waiting; the test holds either way
 		require.NoError(t, held.Release(ctx))
 		require.NoError(t, <-got)

@@ -353,15 +353,7 @@ func TestMinReplicas(t *testing.T) {
 	require.Equal(t, d0, held.Deadline())
 	require.NoError(t, held.Release(ctx))
 
-	var failed []string
-	strict.SetAfterFailure(func(token string, _ error) { failed = append(failed, token) })
-	_, err = strict.TryLock(ctx, key, "other:1", "other:2")
-	require.ErrorIs(t, err, slotlock.ErrReplicas)
-	var re *slotlock.ReplicaError
-	require.ErrorAs(t, err, &re)
-	require.Equal(t, master.Addr(), re.Shortfalls[0].Node)
-	require.Len(t, failed, 1)
-	require.Empty(t, e.lockKeys(), "rolled back")
+	requireReplicaRefusal(t, e, strict, ctx, key, master.Addr())
 
 	lenient := e.locker(slotlock.Options{TTL: 20 * time.Second, MinReplicas: 1,
 		ReplicaTimeout: 300 * time.Millisecond, WarnOnReplicas: true})

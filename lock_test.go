@@ -283,29 +283,7 @@ func TestExtend(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	l := e.locker(slotlock.Options{TTL: 2 * time.Second})
-	ctx := ctxT(t, 30*time.Second)
-	lease, err := l.Lock(ctx, keysN("ext", 100)...)
-	require.NoError(t, err)
-	d0 := lease.Deadline()
-	require.NoError(t, lease.Extend(ctx, time.Minute))
-	require.True(t, lease.Deadline().After(d0.Add(50*time.Second)))
-	names, _ := slot.NewNamer(e.prefix)
-	for _, k := range lease.Keys() {
-		pttl, err := e.client.Do(ctx, e.client.B().Pttl().Key(names.LockKey(k)).Build()).AsInt64()
-		require.NoError(t, err)
-		require.Greater(t, pttl, int64(50_000), "key %q", k)
-	}
-	// An operator deletes one key: Extend names it, Release too.
-	victim := names.LockKey(lease.Keys()[42])
-	require.NoError(t, e.client.Do(ctx, e.client.B().Del().Key(victim).Build()).Error())
-	err = lease.Extend(ctx, time.Minute)
-	var le *slotlock.LostError
-	require.ErrorAs(t, err, &le)
-	require.Equal(t, []string{lease.Keys()[42]}, le.Keys)
-	err = lease.Release(ctx)
-	require.ErrorAs(t, err, &le)
-	require.Equal(t, []string{lease.Keys()[42]}, le.Keys)
-	require.Empty(t, e.lockKeys())
+	requireExtendThenLoss(t, e, l, ctxT(t, 30*time.Second))
 }
 
 func TestDo(t *testing.T) {

@@ -5,38 +5,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/slotlock/slotlock"
 )
-
-// strategyCommands sums total_commands_processed over the masters: the
-// Redis work a benchmark caused (run benchmarks alone, -run '^$'). It
-// counts the commands a script runs too.
-func strategyCommands(b *testing.B, e *env) int64 {
-	b.Helper()
-	ctx := context.Background()
-	masters, err := e.c.Masters(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var total int64
-	for _, m := range masters {
-		info, err := m.Info(ctx, "stats")
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, line := range strings.Split(info, "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				total += n
-			}
-		}
-	}
-	return total
-}
 
 // BenchmarkStrategyLockRelease locks and releases K random keys (of
 // 1,000,000 order:<n>), one worker, uncontended, with scripts and with
@@ -69,7 +42,7 @@ func BenchmarkStrategyLockRelease(b *testing.B) {
 				// connections the transactions use.
 				draw()
 				lockRelease()
-				before := strategyCommands(b, e)
+				before := commandsProcessed(b, e)
 				n := 0
 				for b.Loop() {
 					draw()
@@ -77,7 +50,7 @@ func BenchmarkStrategyLockRelease(b *testing.B) {
 					n++
 				}
 				b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "batches/s")
-				b.ReportMetric(float64(strategyCommands(b, e)-before)/float64(n), "redis-cmds/op")
+				b.ReportMetric(float64(commandsProcessed(b, e)-before)/float64(n), "redis-cmds/op")
 			})
 		}
 	}

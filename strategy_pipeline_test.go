@@ -138,15 +138,7 @@ func TestPipelineStrategy(t *testing.T) {
 		require.NoError(t, reps[0].Pause())
 		defer func() { require.NoError(t, reps[0].Resume()) }()
 
-		var failed []string
-		strict.SetAfterFailure(func(token string, _ error) { failed = append(failed, token) })
-		_, err = strict.TryLock(ctx, key, "other:1", "other:2")
-		require.ErrorIs(t, err, slotlock.ErrReplicas)
-		var re *slotlock.ReplicaError
-		require.ErrorAs(t, err, &re)
-		require.Equal(t, master.Addr(), re.Shortfalls[0].Node)
-		require.Len(t, failed, 1)
-		require.Empty(t, e.lockKeys(), "rolled back")
+		requireReplicaRefusal(t, e, strict, ctx, key, master.Addr())
 		_, err = strict.Lock(ctx, key)
 		require.ErrorIs(t, err, slotlock.ErrReplicas)
 		require.Empty(t, e.lockKeys(), "rolled back")
@@ -182,14 +174,7 @@ func TestPipelineStrategy(t *testing.T) {
 			key := fmt.Sprintf("wake:%v", nopub)
 			h, err := holder.Lock(ctx, key)
 			require.NoError(t, err)
-			got := make(chan error, 1)
-			go func() {
-				lease, err := waiter.Lock(ctx, key)
-				if err == nil {
-					err = lease.Release(ctx)
-				}
-				got <- err
-			}()
+			got := lockInBackground(ctx, waiter, key)
 			names, _ := slot.NewNamer(e.prefix)
 			require.Eventually(t, func() bool {
 				v, _ := lua.client.Do(ctx, lua.client.B().Get().Key(names.LockKey(key)).Build()).ToString()
@@ -429,27 +414,7 @@ func TestPipelineStrategy(t *testing.T) {
 		t.Parallel()
 		e := noLuaEnv(t, c)
 		l := e.locker(slotlock.Options{TTL: 2 * time.Second, Strategy: slotlock.StrategyPipeline})
-		lease, err := l.Lock(ctx, keysN("ext", 100)...)
-		require.NoError(t, err)
-		d0 := lease.Deadline()
-		require.NoError(t, lease.Extend(ctx, time.Minute))
-		require.True(t, lease.Deadline().After(d0.Add(50*time.Second)))
-		names, _ := slot.NewNamer(e.prefix)
-		for _, k := range lease.Keys() {
-			pttl, err := e.client.Do(ctx, e.client.B().Pttl().Key(names.LockKey(k)).Build()).AsInt64()
-			require.NoError(t, err)
-			require.Greater(t, pttl, int64(50_000), "key %q", k)
-		}
-		victim := names.LockKey(lease.Keys()[42])
-		require.NoError(t, e.client.Do(ctx, e.client.B().Del().Key(victim).Build()).Error())
-		err = lease.Extend(ctx, time.Minute)
-		var le *slotlock.LostError
-		require.ErrorAs(t, err, &le)
-		require.Equal(t, []string{lease.Keys()[42]}, le.Keys)
-		err = lease.Release(ctx)
-		require.ErrorAs(t, err, &le)
-		require.Equal(t, []string{lease.Keys()[42]}, le.Keys)
-		require.Empty(t, e.lockKeys())
+		requireExtendThenLoss(t, e, l, ctx)
 	})
 
 	t.Run("watchdog keeps the lease alive", func(t *testing.T) {
