@@ -3,6 +3,7 @@ package clustertest
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -246,4 +247,40 @@ func (e *env) requireUnlocked(within time.Duration) map[string]lockKey {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// keysSplitBy names keys prefix:0, prefix:1, ... until it has at least
+// on keys whose master is victim and off keys on other masters.
+func (e *env) keysSplitBy(victim *redistest.Node, prefix string, on, off int) (onVictim, elsewhere []string) {
+	e.t.Helper()
+	for i := 0; len(onVictim) < on || len(elsewhere) < off; i++ {
+		k := fmt.Sprintf("%s:%d", prefix, i)
+		if e.master(e.ctx, k) == victim {
+			onVictim = append(onVictim, k)
+		} else {
+			elsewhere = append(elsewhere, k)
+		}
+	}
+	return onVictim, elsewhere
+}
+
+// startMigration puts the slot of key half way through a migration to the
+// next master: IMPORTING on the target, MIGRATING on the source, no key
+// moved yet. It returns the source, the target and the slot number.
+func (e *env) startMigration(key string) (src, dst *redistest.Node, s string) {
+	e.t.Helper()
+	s = strconv.Itoa(int(slot.KeySlot(key)))
+	src = e.master(e.ctx, key)
+	masters, err := e.c.Masters(e.ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	dst = masters[(indexOf(masters, src)+1)%len(masters)]
+	if err := dst.Do(e.ctx, "CLUSTER", "SETSLOT", s, "IMPORTING", src.ID()).Error(); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := src.Do(e.ctx, "CLUSTER", "SETSLOT", s, "MIGRATING", dst.ID()).Error(); err != nil {
+		e.t.Fatal(err)
+	}
+	return src, dst, s
 }

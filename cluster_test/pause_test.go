@@ -298,15 +298,7 @@ func TestColdScriptCache(t *testing.T) {
 	const ttl = time.Second
 	l := e.locker(e.client(), slotlock.Options{TTL: ttl, Renew: slotlock.RenewAlways})
 	victim := e.master(e.ctx, "cold")
-	var onVictim, elsewhere []string
-	for i := 0; len(onVictim) < 2 || len(elsewhere) < 3; i++ {
-		k := fmt.Sprintf("cold:%d", i)
-		if e.master(e.ctx, k) == victim {
-			onVictim = append(onVictim, k)
-		} else {
-			elsewhere = append(elsewhere, k)
-		}
-	}
+	onVictim, elsewhere := e.keysSplitBy(victim, "cold", 2, 3)
 	exposed, err := l.Lock(e.ctx, onVictim...)
 	if err != nil {
 		t.Fatal(err)
@@ -346,15 +338,7 @@ func TestWatchdogStall(t *testing.T) {
 	const ttl = time.Second
 	l := e.locker(e.client(), slotlock.Options{TTL: ttl, Renew: slotlock.RenewAlways})
 	victim := e.master(e.ctx, "stall")
-	var onVictim, elsewhere []string
-	for i := 0; len(onVictim) < 2 || len(elsewhere) < 3; i++ {
-		k := fmt.Sprintf("stall:%d", i)
-		if e.master(e.ctx, k) == victim {
-			onVictim = append(onVictim, k)
-		} else {
-			elsewhere = append(elsewhere, k)
-		}
-	}
+	onVictim, elsewhere := e.keysSplitBy(victim, "stall", 2, 3)
 	warmScriptCache(t, e, l, ttl)
 	for round := range 3 {
 		exposed, err := l.Lock(e.ctx, onVictim...)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -160,19 +159,7 @@ func TestMigratingSlotAsk(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s := strconv.Itoa(int(slot.KeySlot(first)))
-			src := e.master(e.ctx, first)
-			masters, err := e.c.Masters(e.ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			dst := masters[(indexOf(masters, src)+1)%len(masters)]
-			if err := dst.Do(e.ctx, "CLUSTER", "SETSLOT", s, "IMPORTING", src.ID()).Error(); err != nil {
-				t.Fatal(err)
-			}
-			if err := src.Do(e.ctx, "CLUSTER", "SETSLOT", s, "MIGRATING", dst.ID()).Error(); err != nil {
-				t.Fatal(err)
-			}
+			src, dst, s := e.startMigration(first)
 			lease, err := a.TryLock(e.ctx, first, second)
 			if err == nil {
 				t.Errorf("%q is held by lease %s on %s, yet TryLock(%q, %q) during the migration of slot %s granted both",
@@ -219,19 +206,7 @@ func TestMigratingSlotFence(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			s := strconv.Itoa(int(slot.KeySlot(key)))
-			src := e.master(e.ctx, key)
-			masters, err := e.c.Masters(e.ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			dst := masters[(indexOf(masters, src)+1)%len(masters)]
-			if err := dst.Do(e.ctx, "CLUSTER", "SETSLOT", s, "IMPORTING", src.ID()).Error(); err != nil {
-				t.Fatal(err)
-			}
-			if err := src.Do(e.ctx, "CLUSTER", "SETSLOT", s, "MIGRATING", dst.ID()).Error(); err != nil {
-				t.Fatal(err)
-			}
+			_, dst, s := e.startMigration(key)
 			le, err := l.TryLock(e.ctx, key)
 			if err != nil {
 				t.Logf("refused during the migration: %v", err)

@@ -191,15 +191,7 @@ func TestWakerUnsubscribeStall(t *testing.T) {
 	holder := e.locker(e.client(), slotlock.Options{TTL: 30 * time.Second})
 	l := e.locker(e.client(), slotlock.Options{TTL: 30 * time.Second, CleanupTimeout: cleanup})
 	victim := e.master(e.ctx, "stall")
-	var onVictim, elsewhere []string
-	for i := 0; len(onVictim) < 4 || len(elsewhere) < 4; i++ {
-		k := fmt.Sprintf("stall:%d", i)
-		if e.master(e.ctx, k) == victim {
-			onVictim = append(onVictim, k)
-		} else {
-			elsewhere = append(elsewhere, k)
-		}
-	}
+	onVictim, elsewhere := e.keysSplitBy(victim, "stall", 4, 4)
 	onVictim, elsewhere = onVictim[:4], elsewhere[:4]
 	if _, err := holder.Lock(e.ctx, append(slicesClone(onVictim), elsewhere...)...); err != nil {
 		t.Fatal(err)
