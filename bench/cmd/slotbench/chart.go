@@ -48,6 +48,7 @@ func writeChart(path string, rows []row) error {
 		p.Add(plotter.NewGrid())
 		p.Legend.Top = true
 		p.Legend.Left = true
+		lines := 0
 		for _, f := range bench.Contenders {
 			var xys plotter.XYs
 			for _, k := range bench.Ks {
@@ -67,6 +68,12 @@ func writeChart(path string, rows []row) error {
 			points.Color, points.Shape = style.c, draw.CircleGlyph{}
 			p.Add(line, points)
 			p.Legend.Add(f.Name, line, points)
+			lines++
+		}
+		if lines == 0 {
+			// No cell of this worker count ran (-cells): a panel without
+			// data has no range for its log-scaled X axis.
+			continue
 		}
 		panels = append(panels, p)
 	}

@@ -61,7 +61,7 @@ func run() int {
 	flag.DurationVar(&cfg.benchtime, "benchtime", 0, "target time of one uncontended cell (default 1.5s, 150ms with -short)")
 	flag.DurationVar(&cfg.hotTime, "hot-benchtime", 0, "target time of one contended cell (default 5s, 500ms with -short)")
 	flag.DurationVar(&cfg.timeout, "timeout", 0, "bound on the whole run (default 8m30s, 100s with -short)")
-	flag.DurationVar(&cfg.profileTime, "profile", 0, "length of each CPU-profiled slotlock run, K=1000 and K=1 (default 8s, 1s with -short)")
+	flag.DurationVar(&cfg.profileTime, "profile", 0, "length of each CPU-profiled slotlock run, K=1000, 100 and 1 (default 8s, 1s with -short)")
 	flag.StringVar(&cfg.root, "root", "..", "the slotlock module, for the slot package micro-benchmarks")
 	cells := flag.String("cells", "", "run only the cells whose name matches this regexp")
 	flag.Parse()
@@ -380,9 +380,10 @@ func (r row) progress() string {
 }
 
 // profiledKs are the batch sizes at which slotlock runs again, alone, under
-// the CPU profiler: the largest, where the targets ask where time goes, and
-// the smallest, where slotlock competes with two bare commands.
-var profiledKs = []int{1000, 1}
+// the CPU profiler: the largest, where the targets ask where time goes, the
+// middle one, where slotlock is furthest from the raw ceiling, and the
+// smallest, where slotlock competes with two bare commands.
+var profiledKs = []int{1000, 100, 1}
 
 // profileReport is the CPU profile of a slotlock W=1 cell with the run it
 // profiled.

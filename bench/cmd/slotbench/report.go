@@ -455,7 +455,7 @@ func writeTimeBudget(b *strings.Builder, rp report, profs map[int]*profileReport
 	p("Per batch, one worker (W = 1). *Client CPU* is this process's CPU time (getrusage); *Redis CPU* is the nodes' own (INFO cpu of all 6 nodes: execution, network I/O, replication to the replicas). ")
 	p("*Script calls* and *µs per script call* come from INFO commandstats of the 3 masters, reset before each cell (EVALSHA and EVAL; a call's time includes the commands it runs); ")
 	p("*commands executed* counts every command the masters ran, those run inside scripts included.\n\n")
-	for _, k := range []int{1000, 1} {
+	for _, k := range profiledKs {
 		p("### K = %s\n\n", commas(int64(k)))
 		p("| contender | batches/s | batch p50 | client CPU | Redis CPU | cores busy | script calls | µs per script call | commands executed | allocations |\n")
 		p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
