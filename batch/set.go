@@ -17,11 +17,7 @@ type Set struct {
 // NewSet orders keys canonically and names their lock keys.
 func NewSet(names slot.Namer, keys []string) *Set {
 	ks := slot.Sorted(keys)
-	lk := make([]string, len(ks))
-	for i, k := range ks {
-		lk[i] = names.LockKeyInSlot(k.Name, k.Slot)
-	}
-	return &Set{Keys: ks, Lock: lk, names: names}
+	return &Set{Keys: ks, Lock: names.LockKeys(ks), names: names}
 }
 
 // Len returns the number of distinct keys.

@@ -70,6 +70,35 @@ func (n Namer) LockKeyInSlot(userKey string, s uint16) string {
 	return b.String()
 }
 
+// LockKeys returns the lock key of every key of ks (whose slots are known),
+// in order. The names share one backing string: one allocation for the
+// whole batch instead of one per key (at K = 1,000 the per-key strings
+// were a tenth of the client's CPU). Each name equals LockKeyInSlot's.
+func (n Namer) LockKeys(ks []Key) []string {
+	size := 0
+	for _, k := range ks {
+		size += len(n.prefix) + len(Tag(k.Slot)) + 3 + len(k.Name)
+	}
+	var b strings.Builder
+	b.Grow(size)
+	for _, k := range ks {
+		b.WriteString(n.prefix)
+		b.WriteByte('{')
+		b.WriteString(Tag(k.Slot))
+		b.WriteString("}:")
+		b.WriteString(k.Name)
+	}
+	all := b.String()
+	out := make([]string, len(ks))
+	off := 0
+	for i, k := range ks {
+		l := len(n.prefix) + len(Tag(k.Slot)) + 3 + len(k.Name)
+		out[i] = all[off : off+l]
+		off += l
+	}
+	return out
+}
+
 // FenceKey returns the key of slot s's fencing counter.
 func (n Namer) FenceKey(s uint16) string {
 	return n.prefix + "{" + Tag(s) + "}#fence"

@@ -122,6 +122,27 @@ func TestLockKeyColocatedAndInjective(t *testing.T) {
 	}
 }
 
+// LockKeys names a whole batch at once (one backing string); every name
+// must be exactly the one LockKey gives, whatever the keys' lengths.
+func TestLockKeysAgreeWithLockKey(t *testing.T) {
+	n, err := NewNamer("p")
+	require.NoError(t, err)
+	r := rand.New(rand.NewPCG(3, 4))
+	require.Empty(t, n.LockKeys(nil))
+	for size := range 300 {
+		keys := make([]string, size)
+		for i := range keys {
+			keys[i] = randomKey(r)
+		}
+		ks := Sorted(keys)
+		got := n.LockKeys(ks)
+		require.Len(t, got, len(ks))
+		for i, k := range ks {
+			require.Equal(t, n.LockKey(k.Name), got[i], "key %d of %d", i, len(ks))
+		}
+	}
+}
+
 func TestNamerPrefix(t *testing.T) {
 	_, err := NewNamer("a{b")
 	require.ErrorIs(t, err, ErrBadPrefix)
