@@ -49,6 +49,7 @@ func (h *Holder) expired(now time.Time) (bool, time.Duration) {
 type entry struct {
 	holders []*Holder // one, or several of the same Owner
 	queue   []*waiter
+	one     [1]*Holder // holders' first backing array: no second allocation
 }
 
 type waiter struct {
@@ -61,7 +62,14 @@ type waiter struct {
 type Table struct {
 	mu sync.Mutex
 	m  map[string]*entry
+	// free keeps entries of forgotten keys for reuse: an uncontended batch
+	// of K keys would otherwise allocate K entries per lease (a key is
+	// forgotten when its last holder leaves and nobody waits).
+	free []*entry
 }
+
+// maxFree bounds the entries kept for reuse.
+const maxFree = 4096
 
 // New returns an empty table.
 func New() *Table { return &Table{m: make(map[string]*entry)} }
@@ -127,7 +135,15 @@ func (t *Table) ttlOf(e *entry, now time.Time) time.Duration {
 func (t *Table) take(k string, h *Holder) {
 	e := t.m[k]
 	if e == nil {
-		t.m[k] = &entry{holders: []*Holder{h}}
+		if n := len(t.free); n > 0 {
+			e = t.free[n-1]
+			t.free = t.free[:n-1]
+		} else {
+			e = &entry{}
+		}
+		e.one[0] = h
+		e.holders = e.one[:1]
+		t.m[k] = e
 		return
 	}
 	if len(e.holders) > 0 && (h.Owner == "" || e.holders[0].Owner != h.Owner) {
@@ -257,6 +273,7 @@ func (t *Table) handOff(k string, e *entry) {
 	}
 	if len(e.queue) == 0 {
 		delete(t.m, k)
+		t.recycle(e)
 		return
 	}
 	w := e.queue[0]
@@ -269,6 +286,22 @@ func (t *Table) handOff(k string, e *entry) {
 		e.holders = append(e.holders, n.h)
 		close(n.ready)
 	}
+}
+
+// recycle keeps a forgotten entry for reuse. A key is forgotten only when
+// nobody holds it and nobody waits for it, so no goroutine is left to use
+// its entry as that key's; the one that may still read it is a waiter
+// that was just handed the key, whose timer fired first:
+// takeOverIfExpired then finds itself not first in the queue (of whatever
+// key the entry serves by then) and returns without writing. Entries with
+// queue capacity (contended keys) go to the collector, which keeps the
+// free list to uncontended keys.
+func (t *Table) recycle(e *entry) {
+	if cap(e.queue) > 0 || len(t.free) >= maxFree {
+		return
+	}
+	e.holders, e.one[0] = nil, nil
+	t.free = append(t.free, e)
 }
 
 // Release gives back the keys h holds, in any order, and hands each to its

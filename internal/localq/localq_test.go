@@ -2,7 +2,13 @@ package localq
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,4 +109,68 @@ func TestSameOwnerShares(t *testing.T) {
 	require.Nil(t, q.TryAcquire([]string{"k"}, other))
 	q.Release([]string{"k"}, other)
 	require.Zero(t, q.Len())
+}
+
+// TestExclusionUnderChurn runs many goroutines over a few keys, with
+// cancelled waits among them, so that entries are forgotten, recycled and
+// reused for other keys while waiters still refer to them: no key may ever
+// have two holders, and the table must end empty.
+var errStuck = errors.New("waited 10 s")
+
+func TestExclusionUnderChurn(t *testing.T) {
+	q := New()
+	const keys, workers, rounds = 8, 16, 300
+	var holders [keys]atomic.Int32
+	var wg sync.WaitGroup
+	for g := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(g), 7))
+			for range rounds {
+				// 1 to 3 distinct keys in canonical (here: numeric) order.
+				set := map[int]bool{}
+				for range 1 + r.IntN(3) {
+					set[r.IntN(keys)] = true
+				}
+				var idx []int
+				for k := range set {
+					idx = append(idx, k)
+				}
+				slices.Sort(idx)
+				names := make([]string, len(idx))
+				for i, k := range idx {
+					names[i] = fmt.Sprintf("k%d", k)
+				}
+				h := &Holder{}
+				// A lost hand-over would leave a waiter stuck: bound every
+				// wait, and call running into the bound a failure.
+				ctx, cancel := context.WithTimeoutCause(context.Background(), 10*time.Second, errStuck)
+				if r.IntN(4) == 0 {
+					cancel() // some waits give up at once or midway
+				}
+				err := q.Acquire(ctx, names, h)
+				cancel()
+				if errors.Is(err, errStuck) {
+					t.Errorf("a waiter for %v was never served", names)
+					return
+				}
+				if err != nil {
+					continue
+				}
+				for _, k := range idx {
+					if n := holders[k].Add(1); n != 1 {
+						t.Errorf("key k%d has %d holders", k, n)
+					}
+				}
+				runtime.Gosched()
+				for _, k := range idx {
+					holders[k].Add(-1)
+				}
+				q.Release(names, h)
+			}
+		}()
+	}
+	wg.Wait()
+	require.Zero(t, q.Len(), "every key forgotten")
 }
