@@ -39,8 +39,8 @@ func commandsProcessed(b *testing.B, e *env) int64 {
 // benchOneKey locks and releases one key from `goroutines` goroutines of one
 // Locker and reports the Redis commands each acquisition cost, as Redis
 // counts them (total_commands_processed, which includes the commands a
-// script runs: uncontended that is 5, EVALSHA+SET to lock (SET NX GET
-// checks and takes the key) and EVALSHA+GET+DEL to release). With the in-process queue the contended
+// script runs: uncontended that is 4, a bare SET NX PX to lock and
+// EVALSHA+GET+DEL to release). With the in-process queue the contended
 // figure stays at the uncontended one, because waiters queue in memory;
 // without it they meet in Redis and pay for conflicts, subscriptions and
 // retries.
