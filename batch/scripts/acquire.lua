@@ -37,7 +37,7 @@ local fencing = string.find(mode, 'f', 1, true) ~= nil
 
 -- The common case first: a plain lease (no fencing token to draw, no hold
 -- set to join) whose keys are all free. Each key is taken with one call,
--- SET NX GET, where the general path below reads every key and then
+-- SET NX, where the general path below reads every key and then
 -- writes each (two calls per key; a call from a script costs about a
 -- microsecond of server time whatever it does). At the first key that is
 -- not free, the keys this loop set are deleted again and the general path
@@ -47,24 +47,25 @@ local fencing = string.find(mode, 'f', 1, true) ~= nil
 -- returned. The script runs alone, so no client ever sees those keys, and
 -- the engine's rule holds: an error reply means nothing was written.
 if lease == '' and not fencing then
-  local taken = {}
-  local all = true
+  -- ARGV[3] goes to SET as the string it came as: a Lua number would be
+  -- formatted again at every call. SET NX answers OK when it wrote and
+  -- nil (false) when the key exists.
+  local px = ARGV[3]
   for i = first, last do
-    local r = redis.pcall('SET', keys[i], holder, 'NX', 'PX', ttl, 'GET')
-    if type(r) == 'table' and r.err then
-      del_all(taken)
-      return r
-    end
-    if r then
-      all = false
+    local r = redis.pcall('SET', keys[i], holder, 'NX', 'PX', px)
+    if not r or r.err then
+      for j = first, i - 1 do -- the keys this loop set
+        redis.call('DEL', keys[j])
+      end
+      if r then
+        return r
+      end
       break
     end
-    taken[#taken + 1] = keys[i]
+    if i == last then
+      return {last - first + 1, 0}
+    end
   end
-  if all then
-    return {last - first + 1, 0}
-  end
-  del_all(taken)
 end
 
 local conflicts = {}

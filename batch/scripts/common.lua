@@ -35,12 +35,3 @@ local function slot_key(k, suffix)
   local b = string.find(k, '}', 1, true)
   return string.sub(k, 1, b) .. suffix
 end
-
--- del_all deletes the keys of the sequence ks, one call per key: a
--- multi-key command over keys of several slots is refused inside a script
--- ("non local key", Redis 7.0), allow-cross-slot-keys or not.
-local function del_all(ks)
-  for _, k in ipairs(ks) do
-    redis.call('DEL', k)
-  end
-end
