@@ -1,0 +1,97 @@
+package slotlock_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/slotlock/slotlock/batch"
+	"github.com/slotlock/slotlock/internal/topology"
+	"github.com/slotlock/slotlock/slot"
+)
+
+// TestOneKeyFallsBackToTheScript covers what the bare SET NX of a one-key
+// plain lease (batch.takeOne) does not settle by itself, on the engine
+// directly: a key that already holds the lease's own token (a SET that
+// landed although its reply was lost, then a retry) counts as taken and
+// keeps its value; a key held by another lease is reported as a conflict
+// with its remaining time and is left alone; a free key is taken with the
+// lease's token and the TTL asked for.
+func TestOneKeyFallsBackToTheScript(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	names, err := slot.NewNamer(e.prefix)
+	require.NoError(t, err)
+	eng := batch.New(e.client, topology.New(e.client), batch.Options{})
+	ttl := 20 * time.Second
+	opt := batch.AcquireOptions{Mode: batch.AllOrNothing}
+	me := batch.Who{Holder: "tok-me"}
+	one := func(key string) *batch.Set { return batch.NewSet(names, []string{key}) }
+	get := func(k string) (string, time.Duration) {
+		v, err := e.client.Do(ctx, e.client.B().Get().Key(k).Build()).ToString()
+		require.NoError(t, err, k)
+		pttl, err := e.client.Do(ctx, e.client.B().Pttl().Key(k).Build()).AsInt64()
+		require.NoError(t, err, k)
+		return v, time.Duration(pttl) * time.Millisecond
+	}
+
+	// Before any script has run the engine sends the script; after it,
+	// the bare SET. Both must take a free key the same way.
+	for _, key := range []string{"free:first", "free:second"} {
+		set := one(key)
+		a := eng.Acquire(ctx, set, 0, me, ttl, opt)
+		require.NoError(t, a.Err)
+		require.Equal(t, []batch.KeyState{batch.Held}, a.State, key)
+		v, left := get(set.Lock[0])
+		require.Equal(t, me.Holder, v, key)
+		require.Greater(t, left, ttl-5*time.Second, key)
+		require.LessOrEqual(t, left, ttl, key)
+	}
+
+	// The lease's own token already there, with a short expiry: taken,
+	// value unchanged, expiry moved up to the TTL.
+	mine := one("mine")
+	require.NoError(t, e.client.Do(ctx, e.client.B().Set().Key(mine.Lock[0]).Value(me.Holder).Px(2*time.Second).Build()).Error())
+	a := eng.Acquire(ctx, mine, 0, me, ttl, opt)
+	require.NoError(t, a.Err)
+	require.Equal(t, []batch.KeyState{batch.Held}, a.State)
+	v, left := get(mine.Lock[0])
+	require.Equal(t, me.Holder, v)
+	require.Greater(t, left, 10*time.Second, "the retry renewed the key to the TTL")
+
+	// Held by someone else: a conflict with the holder's remaining time,
+	// and the key keeps its holder and expiry.
+	theirs := one("theirs")
+	require.NoError(t, e.client.Do(ctx, e.client.B().Set().Key(theirs.Lock[0]).Value("tok-other").Px(7*time.Second).Build()).Error())
+	a = eng.Acquire(ctx, theirs, 0, me, ttl, opt)
+	require.NoError(t, a.Err)
+	require.Equal(t, []batch.KeyState{batch.NotHeld}, a.State)
+	require.Len(t, a.Conflicts, 1)
+	require.Equal(t, 0, a.Conflicts[0].Index)
+	require.Greater(t, a.Conflicts[0].TTL, 5*time.Second)
+	require.LessOrEqual(t, a.Conflicts[0].TTL, 7*time.Second)
+	v, left = get(theirs.Lock[0])
+	require.Equal(t, "tok-other", v)
+	require.LessOrEqual(t, left, 7*time.Second)
+
+	// Not a string at all: the script's error, and nothing written.
+	odd := one("odd")
+	require.NoError(t, e.client.Do(ctx, e.client.B().Hset().Key(odd.Lock[0]).FieldValue().FieldValue("f", "v").Build()).Error())
+	a = eng.Acquire(ctx, odd, 0, me, ttl, opt)
+	require.Error(t, a.Err)
+	require.Equal(t, []batch.KeyState{batch.NotHeld}, a.State)
+	typ, err := e.client.Do(ctx, e.client.B().Type().Key(odd.Lock[0]).Build()).ToString()
+	require.NoError(t, err)
+	require.Equal(t, "hash", typ)
+
+	for _, k := range []string{"free:first", "free:second", "mine"} {
+		lost, err := eng.Release(ctx, one(k), nil, me)
+		require.NoError(t, err)
+		require.Empty(t, lost)
+	}
+	_, err = e.client.Do(ctx, e.client.B().Get().Key(one("mine").Lock[0]).Build()).ToString()
+	require.True(t, rueidis.IsRedisNil(err), "released")
+}
