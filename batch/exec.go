@@ -42,8 +42,7 @@ type nodeResult struct {
 }
 
 // exec runs the calls of one operation: each node's calls pipelined in one
-// DoMulti, every node in parallel (one in the caller's goroutine, the
-// others in goroutines of their own). A node's goroutine resends its
+// DoMulti, every node in its own goroutine. A node's goroutine resends its
 // NOSCRIPT replies as EVAL at once (a cold script cache, as after a
 // failover, costs that node one more round trip and nobody else anything).
 // exec returns when every node answered or ctx ended; a node that has not
@@ -59,49 +58,38 @@ func (e *Engine) exec(ctx context.Context, calls []call, jobs []job, w *waitAfte
 	if w != nil {
 		waits = make(map[string]rueidis.RedisResult, len(runs))
 	}
-	// One healthy node's calls run in this goroutine, the others' each in
-	// a goroutine of its own. Handing a call to another goroutine and back
-	// costs two scheduler wake-ups (a single-key lock and release took 235
-	// instead of 150 µs; docs/design.md has the command). rueidis honours
-	// ctx on a live connection; the one wait it does not bound by ctx is
-	// for a redial in progress, which follows a failed call: the node is
-	// then troubled, and its calls go to a goroutine for a while, which
-	// exec stops waiting for when ctx ends.
-	inline := -1
-	for i := range runs {
-		if !e.isTroubled(runs[i].node) {
-			inline = i
-			break
-		}
-	}
-	got := make([]bool, len(runs))
-	store := func(r nodeResult) {
-		got[r.run] = true
-		for k, ci := range runs[r.run].calls {
+	if len(runs) == 1 && !e.isTroubled(runs[0].node) {
+		// One node, healthy as far as we know: call it from this
+		// goroutine. Handing the call to another goroutine and back costs
+		// two scheduler wake-ups (a single-key lock and release took 235
+		// instead of 150 µs; docs/design.md has the command). rueidis honours ctx on
+		// a live connection; the one wait it does not bound by ctx is for
+		// a redial in progress, which follows a failed call: the node is
+		// then troubled and takes the goroutine path below for a while.
+		r := e.runNode(ctx, 0, runs[0], calls, jobs, w)
+		for k, ci := range runs[0].calls {
 			out[ci] = r.res[k]
 		}
 		if r.hasWt {
-			waits[runs[r.run].node] = r.wait
+			waits[runs[0].node] = r.wait
 		}
+		return out, waits
 	}
-	var results chan nodeResult
-	if len(runs) > 1 || inline < 0 {
-		results = make(chan nodeResult, len(runs)) // never blocks a late sender
-		for i := range runs {
-			if i != inline {
-				go func() { results <- e.runNode(ctx, i, runs[i], calls, jobs, w) }()
-			}
-		}
+	results := make(chan nodeResult, len(runs)) // never blocks a late sender
+	for i := range runs {
+		go func() { results <- e.runNode(ctx, i, runs[i], calls, jobs, w) }()
 	}
-	pending := len(runs)
-	if inline >= 0 {
-		store(e.runNode(ctx, inline, runs[inline], calls, jobs, w))
-		pending--
-	}
-	for ; pending > 0; pending-- {
+	got := make([]bool, len(runs))
+	for range runs {
 		select {
 		case r := <-results:
-			store(r)
+			got[r.run] = true
+			for k, ci := range runs[r.run].calls {
+				out[ci] = r.res[k]
+			}
+			if r.hasWt {
+				waits[runs[r.run].node] = r.wait
+			}
 		case <-ctx.Done():
 			err := context.Cause(ctx)
 			for ri, run := range runs {
