@@ -97,17 +97,6 @@ func backoff(attempt int) time.Duration {
 	return d/2 + mrand.N(d/2+1)
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
-}
-
 // checkValues reads lockKeys with one pipelined GET each and fails unless
 // ok accepts every value; a missing key is passed as "" with found false.
 func checkValues(ctx context.Context, client rueidis.Client, lockKeys []string, ok func(i int, v string, found bool) bool) error {

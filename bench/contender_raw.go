@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 
 	"github.com/redis/rueidis"
+
+	"github.com/slotlock/slotlock/batch"
 )
 
 // rawFactory is the ceiling: every SET NX PX of the batch in one DoMulti
@@ -68,7 +70,7 @@ func (c *rawContender) Lock(ctx context.Context, keys []string) (Held, error) {
 		if firstErr != nil {
 			return nil, firstErr
 		}
-		if err := sleepCtx(ctx, backoff(attempt)); err != nil {
+		if err := batch.SleepCtx(ctx, backoff(attempt)); err != nil {
 			return nil, err
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/bsm/redislock"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/slotlock/slotlock/batch"
 	"github.com/slotlock/slotlock/slot"
 )
 
@@ -64,7 +65,7 @@ func (c *redislockContender) Lock(ctx context.Context, keys []string) (Held, err
 		if !errors.Is(err, redislock.ErrNotObtained) {
 			return nil, err
 		}
-		if err := sleepCtx(ctx, backoff(attempt)); err != nil {
+		if err := batch.SleepCtx(ctx, backoff(attempt)); err != nil {
 			return nil, err
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	redsyncrueidis "github.com/go-redsync/redsync/v4/redis/rueidis"
 	"github.com/redis/rueidis"
 	"github.com/redis/rueidis/rueidiscompat"
+
+	"github.com/slotlock/slotlock/batch"
 )
 
 // redsyncFactory uses one redsync mutex per key over redsync's rueidis pool
@@ -64,7 +66,7 @@ func (c *redsyncContender) Lock(ctx context.Context, keys []string) (Held, error
 		if !errors.As(err, &taken) && !errors.Is(err, redsync.ErrFailed) {
 			return nil, err
 		}
-		if err := sleepCtx(ctx, backoff(attempt)); err != nil {
+		if err := batch.SleepCtx(ctx, backoff(attempt)); err != nil {
 			return nil, err
 		}
 	}

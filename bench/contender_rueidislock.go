@@ -9,6 +9,8 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/redis/rueidis/rueidislock"
+
+	"github.com/slotlock/slotlock/batch"
 )
 
 // rueidislockPrefix is rueidislock's default key prefix; with KeyMajority 1
@@ -99,7 +101,7 @@ func (c *rueidislockContender) Lock(ctx context.Context, keys []string) (Held, e
 		}
 		c.stalls.Add(1)
 		h.cancelAll()
-		if err := sleepCtx(ctx, backoff(attempt)); err != nil {
+		if err := batch.SleepCtx(ctx, backoff(attempt)); err != nil {
 			return nil, err
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"strconv"
 
 	"github.com/redis/rueidis"
+
+	"github.com/slotlock/slotlock/batch"
 )
 
 //go:embed scripts/release.lua
@@ -64,7 +66,7 @@ func (c *setnxContender) Lock(ctx context.Context, keys []string) (Held, error) 
 		if err != nil {
 			return nil, err
 		}
-		if err := sleepCtx(ctx, backoff(attempt)); err != nil {
+		if err := batch.SleepCtx(ctx, backoff(attempt)); err != nil {
 			return nil, err
 		}
 	}
