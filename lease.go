@@ -27,11 +27,8 @@ type Lease struct {
 	token  string
 	who    batch.Who
 	holder *localq.Holder
-	// localKeys are the key names queued in the in-process table (nil
-	// without one): taken once at acquisition, given back at the end.
-	localKeys []string
-	renew     bool
-	eng       engine // the strategy that took the keys releases them
+	renew  bool
+	eng    engine // the strategy that took the keys releases them
 
 	mu       sync.Mutex
 	deadline time.Time
@@ -201,7 +198,7 @@ func (le *Lease) end(cause error) bool {
 	if le.l.local != nil {
 		// A lost lease no longer holds its keys for the local waiters
 		// either; Redis still guards whatever it does hold.
-		le.l.local.Release(le.localKeys, le.holder)
+		le.l.local.Release(le.set.Lock, le.holder)
 	}
 	return true
 }

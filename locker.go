@@ -171,12 +171,13 @@ func (l *Locker) acquire(ctx context.Context, keys []string, wait bool) (*Lease,
 	}
 	le := newLease(l, batch.NewSet(l.names, keys), token, ctx)
 	if l.local != nil {
-		le.localKeys = le.Keys()
+		// The in-process table is keyed by lock key: one per user key
+		// under this Locker's prefix, and already named by the Set.
 		if wait {
-			if err := l.local.Acquire(ctx, le.localKeys, le.holder); err != nil {
+			if err := l.local.Acquire(ctx, le.set.Lock, le.holder); err != nil {
 				return nil, err
 			}
-		} else if cs := l.local.TryAcquire(le.localKeys, le.holder); cs != nil {
+		} else if cs := l.local.TryAcquire(le.set.Lock, le.holder); cs != nil {
 			return nil, localConflict(le.set, cs)
 		}
 	}
@@ -210,7 +211,7 @@ func (l *Locker) acquire(ctx context.Context, keys []string, wait bool) (*Lease,
 	}
 	if err != nil {
 		if l.local != nil {
-			l.local.Release(le.localKeys, le.holder)
+			l.local.Release(le.set.Lock, le.holder)
 		}
 		if l.afterFailure != nil {
 			l.afterFailure(token, err)
