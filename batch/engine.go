@@ -397,7 +397,9 @@ func (e *Engine) Acquire(ctx context.Context, set *Set, from int, who Who, ttl t
 				errs = append(errs, ne)
 				continue
 			}
-			e.scriptsRun.Store(true)
+			if !e.scriptsRun.Load() {
+				e.scriptsRun.Store(true) // once: not a shared write per call
+			}
 			n, nc := int(vals[0]), int(vals[1])
 			for k := 0; k < n && k < len(c.idx); k++ {
 				a.State[c.idx[k]] = Held
