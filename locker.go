@@ -101,9 +101,10 @@ func (l *Locker) Close() error {
 // ends. It returns with all keys held or none: on any failure (ctx done, a
 // Redis error) whatever was taken is released before it returns.
 //
-// Waiting is fair inside one process (first come, first served per key) and
-// deadlock-free everywhere: keys are taken in one global order and a waiter
-// gives back everything above the key it waits for.
+// Waiting is starvation-free inside one process (the oldest waiter's keys
+// are reserved for it) and deadlock-free everywhere: keys are taken in
+// Redis in one global order and a waiter gives back everything above the
+// key it waits for.
 //
 // With an owner in ctx (WithOwner), keys the owner already holds are taken
 // again: each lease is one hold.

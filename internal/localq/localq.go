@@ -1,7 +1,17 @@
 // Package localq queues the goroutines of one process that want the same
 // keys, so that one Redis acquisition serves them in turn instead of every
-// waiter polling Redis. It is the first of two levels: a key is taken here
-// (in canonical order, first come first served) before it is taken in Redis.
+// waiter polling Redis. It is the first of two levels: a batch's keys are
+// taken here, all at once, before they are taken in Redis.
+//
+// Scheduling: a batch is granted when every key it wants is free here; it
+// never holds some keys while it waits for others (so no two waiters can
+// deadlock here, whatever their key order). Waiters may be overtaken by
+// later batches whose keys are free, except by the oldest waiter: its keys
+// are reserved, nobody else is granted them, so it is served as soon as
+// their holders leave, and every waiter becomes the oldest in its turn (no
+// starvation). Holding a prefix in canonical order, the first design, kept
+// FIFO per key but left batches idle behind waiters that could not run yet:
+// docs/design.md has the measurements.
 //
 // The table is an optimisation and never the authority: Redis decides who
 // holds a key. That is why a waiter may take a key over from a holder whose
@@ -48,13 +58,18 @@ func (h *Holder) expired(now time.Time) (bool, time.Duration) {
 
 type entry struct {
 	holders []*Holder // one, or several of the same Owner
-	queue   []*waiter
-	one     [1]*Holder // holders' first backing array: no second allocation
+	waiters []*waiter // waiting for this key (among others), in no order
+	// reserved: the oldest waiter wants this key; nobody else is granted it.
+	reserved bool
+	one      [1]*Holder // holders' first backing array: no second allocation
 }
 
 type waiter struct {
-	h     *Holder
-	ready chan struct{} // closed when the key is handed over
+	h          *Holder
+	keys       []string
+	prev, next *waiter       // arrival order
+	touched    uint64        // the sweep in which one of its keys came free
+	ready      chan struct{} // closed when every key is granted
 }
 
 // Table is the per-process queue of keys. The zero value is not usable; use
@@ -62,6 +77,10 @@ type waiter struct {
 type Table struct {
 	mu sync.Mutex
 	m  map[string]*entry
+	// head and tail: waiters in arrival order; head, the oldest, reserves
+	// its keys.
+	head, tail *waiter
+	sweep      uint64
 	// free keeps entries of forgotten keys for reuse: an uncontended batch
 	// of K keys would otherwise allocate K entries per lease (a key is
 	// forgotten when its last holder leaves and nobody waits).
@@ -81,35 +100,44 @@ func (t *Table) Len() int {
 	return len(t.m)
 }
 
-func (e *entry) admits(h *Holder) bool {
-	if len(e.holders) == 0 {
-		return len(e.queue) == 0
-	}
-	return h.Owner != "" && e.holders[0].Owner == h.Owner
-}
-
 // Conflict names a key held here by another holder.
 type Conflict struct {
 	Index int           // into the keys passed in
 	TTL   time.Duration // until the holder's deadline; -1 if unknown
 }
 
+// freeFor says whether h may be granted the key of e now: nobody holds it
+// but h's own owner or a holder whose deadline passed (taken over), and, if
+// nobody holds it, the oldest waiter (unless that is w itself) has not
+// reserved it. A key h's owner holds is admitted even when reserved: the
+// reserving waiter waits for that owner anyway, and refusing the owner's
+// nested lease of a key it holds would deadlock it.
+func freeFor(e *entry, h *Holder, w *waiter, head *waiter, now time.Time) bool {
+	if e == nil {
+		return true
+	}
+	if len(e.holders) > 0 {
+		if h.Owner != "" && e.holders[0].Owner == h.Owner {
+			return true
+		}
+		if exp, _ := e.holders[0].expired(now); !exp {
+			return false
+		}
+	}
+	return !e.reserved || (w != nil && w == head)
+}
+
 // TryAcquire takes every key for h, or none: it returns the keys held by
-// others when any is. No waiting.
+// others (or reserved for the oldest waiter) when any is. No waiting.
 func (t *Table) TryAcquire(keys []string, h *Holder) []Conflict {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := time.Now()
 	var out []Conflict
 	for i, k := range keys {
-		e := t.m[k]
-		if e == nil || e.admits(h) {
-			continue
+		if e := t.m[k]; !freeFor(e, h, nil, t.head, now) {
+			out = append(out, Conflict{Index: i, TTL: ttlOf(e, now)})
 		}
-		if t.expiredUnqueued(e) {
-			continue // taken over below
-		}
-		out = append(out, Conflict{Index: i, TTL: t.ttlOf(e, now)})
 	}
 	if out != nil {
 		return out
@@ -120,7 +148,7 @@ func (t *Table) TryAcquire(keys []string, h *Holder) []Conflict {
 	return nil
 }
 
-func (t *Table) ttlOf(e *entry, now time.Time) time.Duration {
+func ttlOf(e *entry, now time.Time) time.Duration {
 	if len(e.holders) == 0 {
 		return -1
 	}
@@ -130,9 +158,8 @@ func (t *Table) ttlOf(e *entry, now time.Time) time.Duration {
 	return -1
 }
 
-// take makes h a holder of k; the caller checked that it may: k is free,
-// held by h's owner, or held by an expired holder (taken over).
-func (t *Table) take(k string, h *Holder) {
+// take makes h a holder of k; the caller checked that it may (freeFor).
+func (t *Table) take(k string, h *Holder) *entry {
 	e := t.m[k]
 	if e == nil {
 		if n := len(t.free); n > 0 {
@@ -144,51 +171,67 @@ func (t *Table) take(k string, h *Holder) {
 		e.one[0] = h
 		e.holders = e.one[:1]
 		t.m[k] = e
-		return
+		return e
 	}
 	if len(e.holders) > 0 && (h.Owner == "" || e.holders[0].Owner != h.Owner) {
-		e.holders = e.holders[:0]
+		e.holders = e.holders[:0] // an expired holder, taken over
 	}
-	e.holders = append(e.holders, h)
+	if e.holders == nil {
+		e.one[0] = h
+		e.holders = e.one[:1]
+	} else {
+		e.holders = append(e.holders, h)
+	}
+	return e
 }
 
-// Acquire takes keys for h in the order given (canonical order, which keeps
-// waiters from deadlocking), waiting first come first served for keys held
-// by others. On error (ctx done) it gives back what it took and returns
-// context.Cause(ctx).
-func (t *Table) Acquire(ctx context.Context, keys []string, h *Holder) error {
-	// Fast path: every key free, one critical section.
-	if t.TryAcquire(keys, h) == nil {
-		return nil
+// entryFor returns k's entry, creating an empty one.
+func (t *Table) entryFor(k string) *entry {
+	e := t.m[k]
+	if e == nil {
+		if n := len(t.free); n > 0 {
+			e = t.free[n-1]
+			t.free = t.free[:n-1]
+		} else {
+			e = &entry{}
+		}
+		t.m[k] = e
 	}
-	for i, k := range keys {
-		if err := t.acquireOne(ctx, k, h); err != nil {
-			t.Release(keys[:i], h)
-			return err
+	return e
+}
+
+// Acquire takes every key for h at once, waiting until all are free here.
+// On error (ctx done) it holds nothing and returns context.Cause(ctx).
+func (t *Table) Acquire(ctx context.Context, keys []string, h *Holder) error {
+	t.mu.Lock()
+	now := time.Now()
+	all := true
+	for _, k := range keys {
+		if !freeFor(t.m[k], h, nil, t.head, now) {
+			all = false
+			break
 		}
 	}
-	return nil
-}
-
-// recheck is how often the first waiter looks again at a holder whose
-// deadline is not known yet (still acquiring in Redis). It reads local
-// memory only; Redis is not polled.
-const recheck = 250 * time.Millisecond
-
-func (t *Table) acquireOne(ctx context.Context, k string, h *Holder) error {
-	t.mu.Lock()
-	e := t.m[k]
-	switch {
-	case t.holds(e, h):
-		t.mu.Unlock()
-		return nil
-	case e == nil || e.admits(h) || t.expiredUnqueued(e):
-		t.take(k, h)
+	if all {
+		for _, k := range keys {
+			t.take(k, h)
+		}
 		t.mu.Unlock()
 		return nil
 	}
-	w := &waiter{h: h, ready: make(chan struct{})}
-	e.queue = append(e.queue, w)
+	w := &waiter{h: h, keys: keys, ready: make(chan struct{})}
+	for _, k := range keys {
+		e := t.entryFor(k)
+		e.waiters = append(e.waiters, w)
+	}
+	w.prev = t.tail
+	if t.tail != nil {
+		t.tail.next = w
+	} else {
+		t.head = w
+		t.reserve(w, true)
+	}
+	t.tail = w
 	t.mu.Unlock()
 
 	timer := time.NewTimer(recheck)
@@ -198,16 +241,16 @@ func (t *Table) acquireOne(ctx context.Context, k string, h *Holder) error {
 		case <-w.ready:
 			return nil
 		case <-timer.C:
-			timer.Reset(t.takeOverIfExpired(k, e, w))
+			timer.Reset(t.takeOverExpired(w))
 		case <-ctx.Done():
 			t.mu.Lock()
 			select {
 			case <-w.ready:
-				// Handed over just now: pass it on.
-				t.releaseLocked(k, h)
+				// Granted just now: give it back.
+				t.releaseLocked(keys, h)
 			default:
-				t.dequeue(e, w)
-				t.handOff(k, e)
+				t.leave(w)
+				t.run(true)
 			}
 			t.mu.Unlock()
 			return context.Cause(ctx)
@@ -215,115 +258,173 @@ func (t *Table) acquireOne(ctx context.Context, k string, h *Holder) error {
 	}
 }
 
-// takeOverIfExpired lets the first waiter take k over from a holder whose
-// lease ran out without a release (lost, or its owner forgot it), and says
+// recheck is how often a waiter looks again at holders whose deadline is
+// not known yet (still acquiring in Redis). It reads local memory only;
+// Redis is not polled.
+const recheck = 250 * time.Millisecond
+
+// takeOverExpired lets w's wait end when a holder of one of its keys ran
+// out of lease without a release (lost, or its owner forgot it), and says
 // when to look again.
-func (t *Table) takeOverIfExpired(k string, e *entry, w *waiter) time.Duration {
+func (t *Table) takeOverExpired(w *waiter) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(e.holders) == 0 || len(e.queue) == 0 || e.queue[0] != w {
-		return recheck
-	}
-	exp, left := e.holders[0].expired(time.Now())
-	if exp {
-		e.holders = e.holders[:0]
-		t.handOff(k, e)
-		return recheck
-	}
-	if left > 0 && left < recheck {
-		return left
-	}
-	return recheck
-}
-
-func (t *Table) expiredUnqueued(e *entry) bool {
-	if len(e.queue) > 0 || len(e.holders) == 0 {
-		return false
-	}
-	exp, _ := e.holders[0].expired(time.Now())
-	return exp
-}
-
-func (t *Table) holds(e *entry, h *Holder) bool {
-	if e == nil {
-		return false
-	}
-	for _, x := range e.holders {
-		if x == h {
-			return true
+	now := time.Now()
+	next := recheck
+	found := false
+	for _, k := range w.keys {
+		e := t.m[k]
+		if e == nil || len(e.holders) == 0 {
+			continue
+		}
+		exp, left := e.holders[0].expired(now)
+		switch {
+		case exp:
+			if !found {
+				t.sweep++
+				found = true
+			}
+			t.touch(e)
+		case left > 0 && left < next:
+			next = left
 		}
 	}
-	return false
+	if found {
+		t.run(false)
+	}
+	return next
 }
 
-func (t *Table) dequeue(e *entry, w *waiter) {
-	for i, x := range e.queue {
-		if x == w {
-			e.queue = append(e.queue[:i], e.queue[i+1:]...)
-			return
+// reserve marks (or unmarks) w's keys as reserved for it.
+func (t *Table) reserve(w *waiter, on bool) {
+	for _, k := range w.keys {
+		t.m[k].reserved = on
+	}
+}
+
+func (t *Table) touch(e *entry) {
+	for _, w := range e.waiters {
+		w.touched = t.sweep
+	}
+}
+
+// leave takes w out of the queue (granted or cancelled); the next oldest
+// waiter then reserves its keys.
+func (t *Table) leave(w *waiter) {
+	for _, k := range w.keys {
+		e := t.m[k]
+		for i, x := range e.waiters {
+			if x == w {
+				last := len(e.waiters) - 1
+				e.waiters[i] = e.waiters[last]
+				e.waiters[last] = nil
+				e.waiters = e.waiters[:last]
+				break
+			}
+		}
+		if w == t.head {
+			e.reserved = false
+		}
+		t.forgetIfUnused(k, e)
+	}
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		t.head = w.next
+		if t.head != nil {
+			t.reserve(t.head, true)
 		}
 	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		t.tail = w.prev
+	}
+	w.prev, w.next = nil, nil
 }
 
-// handOff gives a free key to the first waiter (and to the waiters behind it
-// of the same owner), or forgets the key when nobody waits.
-func (t *Table) handOff(k string, e *entry) {
-	if len(e.holders) > 0 {
+// run grants every waiter that can be granted, oldest first: all waiters
+// when all is set (the reservations changed), else those whose keys came
+// free in the current sweep.
+func (t *Table) run(all bool) {
+	now := time.Now()
+	for w := t.head; w != nil; {
+		next := w.next
+		if all || w.touched == t.sweep {
+			ok := true
+			for _, k := range w.keys {
+				if !freeFor(t.m[k], w.h, w, t.head, now) {
+					ok = false
+					break
+				}
+			}
+			if ok {
+				for _, k := range w.keys {
+					t.take(k, w.h)
+				}
+				t.leave(w)
+				close(w.ready)
+			}
+		}
+		w = next
+	}
+}
+
+func (t *Table) forgetIfUnused(k string, e *entry) {
+	if len(e.holders) > 0 || len(e.waiters) > 0 {
 		return
 	}
-	if len(e.queue) == 0 {
-		delete(t.m, k)
-		t.recycle(e)
-		return
-	}
-	w := e.queue[0]
-	e.queue = e.queue[1:]
-	e.holders = append(e.holders, w.h)
-	close(w.ready)
-	for len(e.queue) > 0 && w.h.Owner != "" && e.queue[0].h.Owner == w.h.Owner {
-		n := e.queue[0]
-		e.queue = e.queue[1:]
-		e.holders = append(e.holders, n.h)
-		close(n.ready)
-	}
+	delete(t.m, k)
+	t.recycle(e)
 }
 
 // recycle keeps a forgotten entry for reuse. A key is forgotten only when
-// nobody holds it and nobody waits for it, so no goroutine is left to use
-// its entry as that key's; the one that may still read it is a waiter
-// that was just handed the key, whose timer fired first:
-// takeOverIfExpired then finds itself not first in the queue (of whatever
-// key the entry serves by then) and returns without writing. Entries with
-// queue capacity (contended keys) go to the collector, which keeps the
-// free list to uncontended keys.
+// nobody holds it and nobody waits for it; waiters look their keys up by
+// name under the table's lock, never through a kept pointer, so a reused
+// entry cannot be mistaken for another key's. Entries with waiter capacity
+// (contended keys) go to the collector, which keeps the free list to
+// uncontended keys.
 func (t *Table) recycle(e *entry) {
-	if cap(e.queue) > 0 || len(t.free) >= maxFree {
+	if cap(e.waiters) > 0 || len(t.free) >= maxFree {
 		return
 	}
-	e.holders, e.one[0] = nil, nil
+	e.holders, e.one[0], e.reserved = nil, nil, false
 	t.free = append(t.free, e)
 }
 
-// Release gives back the keys h holds, in any order, and hands each to its
-// next waiter. Keys h no longer holds (taken over) are left alone.
+// Release gives back the keys h holds, in any order, and grants the waiters
+// that can now run. Keys h no longer holds (taken over) are left alone.
 func (t *Table) Release(keys []string, h *Holder) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, k := range keys {
-		t.releaseLocked(k, h)
-	}
+	t.releaseLocked(keys, h)
 }
 
-func (t *Table) releaseLocked(k string, h *Holder) {
-	e := t.m[k]
-	if e == nil {
-		return
-	}
-	for i, x := range e.holders {
-		if x == h {
-			e.holders = append(e.holders[:i], e.holders[i+1:]...)
-			break
+func (t *Table) releaseLocked(keys []string, h *Holder) {
+	t.sweep++
+	freed := false
+	for _, k := range keys {
+		e := t.m[k]
+		if e == nil {
+			continue
+		}
+		for i, x := range e.holders {
+			if x == h {
+				e.holders = append(e.holders[:i], e.holders[i+1:]...)
+				break
+			}
+		}
+		if len(e.holders) == 0 {
+			if len(e.waiters) > 0 {
+				t.touch(e)
+				freed = true
+			} else {
+				delete(t.m, k)
+				t.recycle(e)
+			}
 		}
 	}
-	t.handOff(k, e)
+	if freed {
+		t.run(false)
+	}
 }

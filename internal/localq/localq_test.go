@@ -48,7 +48,7 @@ func TestWaitersAreServedInArrivalOrder(t *testing.T) {
 		require.Eventually(t, func() bool {
 			q.mu.Lock()
 			defer q.mu.Unlock()
-			return len(q.m["k"].queue) == i+1
+			return len(q.m["k"].waiters) == i+1
 		}, time.Second, time.Millisecond)
 	}
 	q.Release([]string{"k"}, first)
@@ -67,14 +67,98 @@ func TestCancelledWaiterLeavesTheQueue(t *testing.T) {
 	require.Eventually(t, func() bool {
 		q.mu.Lock()
 		defer q.mu.Unlock()
-		return len(q.m["k"].queue) == 1
+		return len(q.m["k"].waiters) == 1
 	}, time.Second, time.Millisecond)
 	cancel()
 	require.ErrorIs(t, <-errc, context.Canceled)
-	// b gave back j and left k's queue: c gets j at once.
+	// b left the queue and its reservation of j with it: c gets j at once.
 	require.Nil(t, q.TryAcquire([]string{"j"}, c))
 	q.Release([]string{"j"}, c)
 	q.Release([]string{"k"}, a)
+	require.Zero(t, q.Len())
+}
+
+// waitQueued waits until n goroutines wait in q.
+func waitQueued(t *testing.T, q *Table, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		c := 0
+		for w := q.head; w != nil; w = w.next {
+			c++
+		}
+		return c == n
+	}, 5*time.Second, time.Millisecond)
+}
+
+// TestOldestWaiterReservesOthersMayPass: a waiter that is not the oldest
+// holds nothing while it waits, so a later batch whose keys are free runs
+// at once (with a held prefix in canonical order it would have waited); the
+// oldest waiter's keys are reserved, so no later batch takes them and it
+// runs as soon as their holder leaves.
+func TestOldestWaiterReservesOthersMayPass(t *testing.T) {
+	q := New()
+	ctx := context.Background()
+	a, b, c, d := &Holder{}, &Holder{}, &Holder{}, &Holder{}
+	require.NoError(t, q.Acquire(ctx, []string{"x"}, a))
+	bDone, cDone := make(chan struct{}), make(chan struct{})
+	go func() { require.NoError(t, q.Acquire(ctx, []string{"x", "y"}, b)); close(bDone) }()
+	waitQueued(t, q, 1)
+	go func() { require.NoError(t, q.Acquire(ctx, []string{"w", "x"}, c)); close(cDone) }()
+	waitQueued(t, q, 2)
+
+	// y is free but reserved for b, the oldest waiter.
+	require.Equal(t, []Conflict{{Index: 0, TTL: -1}}, q.TryAcquire([]string{"y"}, d))
+	// w is free and only c, not the oldest, wants it: d passes c.
+	require.Nil(t, q.TryAcquire([]string{"w"}, d))
+
+	q.Release([]string{"x"}, a)
+	<-bDone // b, the oldest, gets x before c
+	select {
+	case <-cDone:
+		t.Fatal("c was granted x while b holds it")
+	default:
+	}
+	q.Release([]string{"x", "y"}, b)
+	select {
+	case <-cDone:
+		t.Fatal("c was granted w while d holds it")
+	case <-time.After(20 * time.Millisecond):
+	}
+	q.Release([]string{"w"}, d)
+	<-cDone
+	q.Release([]string{"w", "x"}, c)
+	require.Zero(t, q.Len())
+}
+
+// TestNoDeadlockInAnyKeyOrder: waiters hold nothing while they wait, so
+// batches that name their keys in opposite orders cannot deadlock here.
+func TestNoDeadlockInAnyKeyOrder(t *testing.T) {
+	q := New()
+	ctx, cancel := context.WithTimeoutCause(context.Background(), 10*time.Second, errStuck)
+	defer cancel()
+	var wg sync.WaitGroup
+	for g := range 8 {
+		keys := []string{"a", "b", "c"}
+		if g%2 == 1 {
+			slices.Reverse(keys)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 200 {
+				h := &Holder{}
+				if err := q.Acquire(ctx, keys, h); err != nil {
+					t.Errorf("%v: %v", keys, err)
+					return
+				}
+				runtime.Gosched()
+				q.Release(keys, h)
+			}
+		}()
+	}
+	wg.Wait()
 	require.Zero(t, q.Len())
 }
 
@@ -107,6 +191,28 @@ func TestSameOwnerShares(t *testing.T) {
 	require.Len(t, q.TryAcquire([]string{"k"}, other), 1, "b still holds k")
 	q.Release([]string{"k", "l"}, b)
 	require.Nil(t, q.TryAcquire([]string{"k"}, other))
+	q.Release([]string{"k"}, other)
+	require.Zero(t, q.Len())
+}
+
+// TestOwnerPassesAReservation: a key its owner holds is admitted to the
+// owner's next lease even while the oldest waiter reserves it; refusing
+// would deadlock an owner that locks a key again while holding it (the
+// waiter waits for that owner's first lease anyway).
+func TestOwnerPassesAReservation(t *testing.T) {
+	q := New()
+	ctx := context.Background()
+	a, again, other := &Holder{Owner: "o"}, &Holder{Owner: "o"}, &Holder{Owner: "p"}
+	require.NoError(t, q.Acquire(ctx, []string{"k"}, a))
+	done := make(chan struct{})
+	go func() { require.NoError(t, q.Acquire(ctx, []string{"k"}, other)); close(done) }()
+	waitQueued(t, q, 1)
+	tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	require.NoError(t, q.Acquire(tctx, []string{"k"}, again))
+	q.Release([]string{"k"}, again)
+	q.Release([]string{"k"}, a)
+	<-done
 	q.Release([]string{"k"}, other)
 	require.Zero(t, q.Len())
 }
