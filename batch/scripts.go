@@ -26,9 +26,19 @@ var (
 // check-then-write script from stopping half way through its writes.
 // allow-cross-slot-keys (Redis 7+) lets one call per node touch keys of all
 // the node's slots; the call declares one key, which routes it.
+//
+// allow-oom: over maxmemory (noeviction), Redis refuses a script with a
+// shebang outright unless it declares this flag. Release and extend
+// declare it: they only delete keys, set expiries and publish, and a full
+// server must still let locks go and keep leases alive instead of holding
+// every lock until its TTL (TestOutOfMemory). Acquire and guard do not: a
+// refused acquire has written nothing, and a guarded write may grow the
+// data.
 const (
-	shebangNode = "#!lua flags=allow-cross-slot-keys\n"
-	shebangSlot = "#!lua\n"
+	shebangNode      = "#!lua flags=allow-cross-slot-keys\n"
+	shebangSlot      = "#!lua\n"
+	shebangNodeOOM = "#!lua flags=allow-cross-slot-keys,allow-oom\n"
+	shebangSlotOOM = "#!lua flags=allow-oom\n"
 )
 
 // script is one Lua body in its two forms: one call per node, keys in ARGV;
@@ -41,11 +51,17 @@ type script struct {
 	nodeSHA, slotSHA   string
 }
 
-func newScript(name, body string) *script {
+// newScript builds a script; allowOOM says whether it may run over
+// maxmemory (see the shebangs).
+func newScript(name, body string, allowOOM bool) *script {
+	node, slot := shebangNode, shebangSlot
+	if allowOOM {
+		node, slot = shebangNodeOOM, shebangSlotOOM
+	}
 	s := &script{
 		name:     name,
-		nodeText: shebangNode + commonLua + reentrant.HoldLua + body,
-		slotText: shebangSlot + commonLua + reentrant.HoldLua + body,
+		nodeText: node + commonLua + reentrant.HoldLua + body,
+		slotText: slot + commonLua + reentrant.HoldLua + body,
 	}
 	s.nodeSHA = sha1Hex(s.nodeText)
 	s.slotSHA = sha1Hex(s.slotText)
@@ -58,8 +74,8 @@ func sha1Hex(s string) string {
 }
 
 var (
-	acquireScript = newScript("acquire", acquireBody)
-	releaseScript = newScript("release", releaseBody)
-	extendScript  = newScript("extend", extendBody)
-	guardScript   = newScript("guard", guardBody)
+	acquireScript = newScript("acquire", acquireBody, false)
+	releaseScript = newScript("release", releaseBody, true)
+	extendScript  = newScript("extend", extendBody, true)
+	guardScript   = newScript("guard", guardBody, false)
 )
