@@ -209,14 +209,16 @@ func writeTargets(b *strings.Builder, rp report, pairs []*pairTarget) {
 	p("## Targets\n\n")
 	p("The project's targets for slotlock, as ratios of batches/s in this run. Each is measured twice. ")
 	var dU, dH time.Duration
+	rounds := 0
 	for _, t := range pairs {
+		rounds = max(rounds, len(t.Ratios))
 		if t.A.Hot > 0 {
 			dH = t.D
 		} else {
 			dU = t.D
 		}
 	}
-	p("*Paired*: after the matrix, slotlock and the other side run alternately (A B, B A, A B, ...: cells of %s, contended %s; W = 1 unless contended) so that a burst of load from other programs hits both sides; the median of the rounds' ratios decides. ", dU, dH)
+	p("*Paired*: after the matrix, slotlock and the other side run alternately (A B, B A, A B, ...: %d rounds, cells of %s, contended %s; W = 1 unless contended) so that a burst of load from other programs hits both sides; the median of the rounds' ratios decides. ", rounds, dU, dH)
 	p("*Matrix*: the ratio of the two single cells in the tables below, at both worker counts.\n\n")
 	p("| target | required | paired: median (rounds) | matrix W = 1 | matrix W = 16 |\n|---|---:|---:|---:|---:|\n")
 	for _, t := range pairs {
