@@ -1,6 +1,8 @@
 package slotlock_test
 
 import (
+	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -94,4 +96,93 @@ func TestOneKeyFallsBackToTheScript(t *testing.T) {
 	}
 	_, err = e.client.Do(ctx, e.client.B().Get().Key(one("mine").Lock[0]).Build()).ToString()
 	require.True(t, rueidis.IsRedisNil(err), "released")
+}
+
+// TestOneKeyRelease covers the release of a one-key plain lease
+// (batch.releaseOne, release1.lua), on the engine directly: the lease's own
+// key goes, plain, fenced or marked by a waiter (who then gets the wake-up
+// message); a key held by anyone else, even by a token that merely starts
+// with the lease's, is left alone and reported as not held; so is an
+// absent key. One index of a larger set takes the same path.
+func TestOneKeyRelease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	names, err := slot.NewNamer(e.prefix)
+	require.NoError(t, err)
+	eng := batch.New(e.client, topology.New(e.client), batch.Options{})
+	me := batch.Who{Holder: "tok-me"}
+	one := func(key string) *batch.Set { return batch.NewSet(names, []string{key}) }
+	put := func(set *batch.Set, i int, v string) {
+		require.NoError(t, e.client.Do(ctx, e.client.B().Set().Key(set.Lock[i]).Value(v).Px(20*time.Second).Build()).Error())
+	}
+	value := func(set *batch.Set, i int) string {
+		v, err := e.client.Do(ctx, e.client.B().Get().Key(set.Lock[i]).Build()).ToString()
+		if rueidis.IsRedisNil(err) {
+			return ""
+		}
+		require.NoError(t, err)
+		return v
+	}
+
+	for _, v := range []string{"tok-me", "tok-me.42", "tok-me.42!"} {
+		set := one("mine:" + v)
+		put(set, 0, v)
+		lost, err := eng.Release(ctx, set, nil, me)
+		require.NoError(t, err, v)
+		require.Empty(t, lost, v)
+		require.Empty(t, value(set, 0), "%s released", v)
+	}
+
+	for _, v := range []string{"tok-other", "tok-meX", "tok-me2.42", "tok-m", ""} {
+		set := one("theirs:" + v)
+		if v != "" {
+			put(set, 0, v)
+		}
+		lost, err := eng.Release(ctx, set, nil, me)
+		require.NoError(t, err, v)
+		require.Equal(t, []int{0}, lost, "%q is not the lease's", v)
+		require.Equal(t, v, value(set, 0), "%q left alone", v)
+	}
+
+	// A marked key: its waiter is told.
+	marked := one("marked")
+	put(marked, 0, "tok-me!")
+	got := make(chan string, 1)
+	subscribed := make(chan struct{})
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var once sync.Once
+	hooked := rueidis.WithOnSubscriptionHook(sctx, func(rueidis.PubSubSubscription) {
+		once.Do(func() { close(subscribed) })
+	})
+	go func() {
+		_ = e.client.Receive(hooked, e.client.B().Ssubscribe().Channel(marked.Lock[0]).Build(), func(m rueidis.PubSubMessage) {
+			got <- m.Message
+		})
+	}()
+	<-subscribed
+	lost, err := eng.Release(ctx, marked, nil, me)
+	require.NoError(t, err)
+	require.Empty(t, lost)
+	require.Empty(t, value(marked, 0))
+	select {
+	case m := <-got:
+		require.Equal(t, "r", m)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no wake-up published for the marked key")
+	}
+
+	// One index of three.
+	three := batch.NewSet(names, []string{"x", "y", "z"})
+	for i := range 3 {
+		put(three, i, me.Holder)
+	}
+	lost, err = eng.Release(ctx, three, []int{1}, me)
+	require.NoError(t, err)
+	require.Empty(t, lost)
+	require.Equal(t, []string{me.Holder, "", me.Holder}, []string{value(three, 0), value(three, 1), value(three, 2)})
+	lost, err = eng.Release(ctx, three, nil, me)
+	require.NoError(t, err)
+	require.Equal(t, []int{1}, lost, "the key released before is reported")
 }

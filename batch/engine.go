@@ -492,6 +492,36 @@ func (e *Engine) takeOne(ctx context.Context, set *Set, i int, who Who, ttl time
 	return true
 }
 
+// releaseOne releases one plain lock key (no hold set) with a script of
+// its own (release1.lua), sent through the cluster client like takeOne:
+// it declares its one key, so following MOVED or ASK is safe. A Redis
+// error means the script did not delete (it fails before, or not at all),
+// so the general path runs instead (done false) and classifies it; a lost
+// reply is reported as such, as the general path would: the key may be
+// gone.
+func (e *Engine) releaseOne(ctx context.Context, set *Set, i int, who Who) (lost []int, done bool, err error) {
+	m, err := e.topo.Current(ctx)
+	if err != nil {
+		return nil, false, nil
+	}
+	o := m.Owner(set.Keys[i].Slot)
+	if o < 0 || e.isTroubled(m.Addrs[o]) {
+		return nil, false, nil
+	}
+	n, err := release1Script.Exec(ctx, e.client, []string{set.Lock[i]}, []string{who.Holder}).AsInt64()
+	if err != nil {
+		if _, isRedis := rueidis.IsRedisErr(err); isRedis {
+			return nil, false, nil
+		}
+		e.trouble(m.Addrs[o])
+		return nil, true, &NodeError{Node: m.Addrs[o], Script: "release", Keys: 1, Kind: ErrUnknownOutcome, Err: err}
+	}
+	if n == 0 {
+		return []int{i}, true, nil
+	}
+	return nil, true, nil
+}
+
 func anyWritten(st []KeyState) bool {
 	for _, s := range st {
 		if s != NotHeld {
@@ -511,6 +541,15 @@ type OwnerResult struct {
 // nil means all) that who still holds. It returns the indexes of keys no
 // longer held (expired, taken over, deleted by an operator).
 func (e *Engine) Release(ctx context.Context, set *Set, idx []int, who Who) (lost []int, err error) {
+	if who.Lease == "" && (idx == nil && set.Len() == 1 || len(idx) == 1) {
+		i := 0
+		if idx != nil {
+			i = idx[0]
+		}
+		if lost, done, err := e.releaseOne(ctx, set, i, who); done {
+			return lost, err
+		}
+	}
 	if idx == nil {
 		idx = allIndexes(set.Len(), 0)
 	}

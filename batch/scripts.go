@@ -5,6 +5,8 @@ import (
 	_ "embed"
 	"encoding/hex"
 
+	"github.com/redis/rueidis"
+
 	"github.com/slotlock/slotlock/reentrant"
 )
 
@@ -15,6 +17,8 @@ var (
 	acquireBody string
 	//go:embed scripts/release.lua
 	releaseBody string
+	//go:embed scripts/release1.lua
+	release1Body string
 	//go:embed scripts/extend.lua
 	extendBody string
 	//go:embed scripts/guard.lua
@@ -35,8 +39,8 @@ var (
 // refused acquire has written nothing, and a guarded write may grow the
 // data.
 const (
-	shebangNode      = "#!lua flags=allow-cross-slot-keys\n"
-	shebangSlot      = "#!lua\n"
+	shebangNode    = "#!lua flags=allow-cross-slot-keys\n"
+	shebangSlot    = "#!lua\n"
 	shebangNodeOOM = "#!lua flags=allow-cross-slot-keys,allow-oom\n"
 	shebangSlotOOM = "#!lua flags=allow-oom\n"
 )
@@ -78,4 +82,7 @@ var (
 	releaseScript = newScript("release", releaseBody, true)
 	extendScript  = newScript("extend", extendBody, true)
 	guardScript   = newScript("guard", guardBody, false)
+	// release1Script is the one-key release: one form, the key declared,
+	// no helpers (it reads no fence, no hold set).
+	release1Script = rueidis.NewLuaScript(shebangSlotOOM + release1Body)
 )
