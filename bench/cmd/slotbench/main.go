@@ -60,7 +60,7 @@ func run() int {
 	flag.StringVar(&cfg.out, "out", "", "directory that receives benchmarks.md and benchmarks/ (default ../docs, or out with -short or -cells)")
 	flag.DurationVar(&cfg.benchtime, "benchtime", 0, "target time of one uncontended cell (default 1.5s, 150ms with -short)")
 	flag.DurationVar(&cfg.hotTime, "hot-benchtime", 0, "target time of one contended cell (default 5s, 500ms with -short)")
-	flag.DurationVar(&cfg.timeout, "timeout", 0, "bound on the whole run (default 8m30s, 100s with -short)")
+	flag.DurationVar(&cfg.timeout, "timeout", 0, "bound on the whole run (default 11m, 100s with -short)")
 	flag.DurationVar(&cfg.profileTime, "profile", 0, "length of each CPU-profiled slotlock run, K=1000, 100 and 1 (default 8s, 1s with -short)")
 	flag.StringVar(&cfg.root, "root", "..", "the slotlock module, for the slot package micro-benchmarks")
 	cells := flag.String("cells", "", "run only the cells whose name matches this regexp")
@@ -225,7 +225,7 @@ func (c *config) defaults() {
 	}
 	pick(&c.benchtime, 1500*time.Millisecond, 150*time.Millisecond)
 	pick(&c.hotTime, 5*time.Second, 500*time.Millisecond)
-	pick(&c.timeout, 8*time.Minute+30*time.Second, 100*time.Second)
+	pick(&c.timeout, 11*time.Minute, 100*time.Second)
 	pick(&c.profileTime, 8*time.Second, time.Second)
 	c.verify = 2
 	if c.short {
