@@ -142,9 +142,7 @@ func (t *Table) TryAcquire(keys []string, h *Holder) []Conflict {
 	if out != nil {
 		return out
 	}
-	for _, k := range keys {
-		t.take(k, h)
-	}
+	t.takeAll(keys, h)
 	return nil
 }
 
@@ -158,31 +156,29 @@ func ttlOf(e *entry, now time.Time) time.Duration {
 	return -1
 }
 
-// take makes h a holder of k; the caller checked that it may (freeFor).
-func (t *Table) take(k string, h *Holder) *entry {
-	e := t.m[k]
-	if e == nil {
-		if n := len(t.free); n > 0 {
-			e = t.free[n-1]
-			t.free = t.free[:n-1]
-		} else {
-			e = &entry{}
+// allFree says whether every key is free for h (freeFor), w being h's
+// waiter if it waits.
+func (t *Table) allFree(keys []string, h *Holder, w *waiter, now time.Time) bool {
+	for _, k := range keys {
+		if !freeFor(t.m[k], h, w, t.head, now) {
+			return false
 		}
-		e.one[0] = h
-		e.holders = e.one[:1]
-		t.m[k] = e
-		return e
 	}
-	if len(e.holders) > 0 && (h.Owner == "" || e.holders[0].Owner != h.Owner) {
-		e.holders = e.holders[:0] // an expired holder, taken over
+	return true
+}
+
+// takeAll makes h a holder of every key; the caller checked that it may
+// (freeFor).
+func (t *Table) takeAll(keys []string, h *Holder) {
+	for _, k := range keys {
+		e := t.entryFor(k)
+		if len(e.holders) > 0 && h.Owner != "" && e.holders[0].Owner == h.Owner {
+			e.holders = append(e.holders, h) // shared with its owner's leases
+		} else { // free, or an expired holder taken over
+			e.one[0] = h
+			e.holders = e.one[:1]
+		}
 	}
-	if e.holders == nil {
-		e.one[0] = h
-		e.holders = e.one[:1]
-	} else {
-		e.holders = append(e.holders, h)
-	}
-	return e
 }
 
 // entryFor returns k's entry, creating an empty one.
@@ -204,18 +200,8 @@ func (t *Table) entryFor(k string) *entry {
 // On error (ctx done) it holds nothing and returns context.Cause(ctx).
 func (t *Table) Acquire(ctx context.Context, keys []string, h *Holder) error {
 	t.mu.Lock()
-	now := time.Now()
-	all := true
-	for _, k := range keys {
-		if !freeFor(t.m[k], h, nil, t.head, now) {
-			all = false
-			break
-		}
-	}
-	if all {
-		for _, k := range keys {
-			t.take(k, h)
-		}
+	if t.allFree(keys, h, nil, time.Now()) {
+		t.takeAll(keys, h)
 		t.mu.Unlock()
 		return nil
 	}
@@ -229,7 +215,7 @@ func (t *Table) Acquire(ctx context.Context, keys []string, h *Holder) error {
 		t.tail.next = w
 	} else {
 		t.head = w
-		t.reserve(w, true)
+		t.reserve(w)
 	}
 	t.tail = w
 	t.mu.Unlock()
@@ -295,10 +281,10 @@ func (t *Table) takeOverExpired(w *waiter) time.Duration {
 	return next
 }
 
-// reserve marks (or unmarks) w's keys as reserved for it.
-func (t *Table) reserve(w *waiter, on bool) {
+// reserve marks w's keys as reserved for it (leave unmarks them).
+func (t *Table) reserve(w *waiter) {
 	for _, k := range w.keys {
-		t.m[k].reserved = on
+		t.m[k].reserved = true
 	}
 }
 
@@ -332,7 +318,7 @@ func (t *Table) leave(w *waiter) {
 	} else {
 		t.head = w.next
 		if t.head != nil {
-			t.reserve(t.head, true)
+			t.reserve(t.head)
 		}
 	}
 	if w.next != nil {
@@ -350,21 +336,10 @@ func (t *Table) run(all bool) {
 	now := time.Now()
 	for w := t.head; w != nil; {
 		next := w.next
-		if all || w.touched == t.sweep {
-			ok := true
-			for _, k := range w.keys {
-				if !freeFor(t.m[k], w.h, w, t.head, now) {
-					ok = false
-					break
-				}
-			}
-			if ok {
-				for _, k := range w.keys {
-					t.take(k, w.h)
-				}
-				t.leave(w)
-				close(w.ready)
-			}
+		if (all || w.touched == t.sweep) && t.allFree(w.keys, w.h, w, now) {
+			t.takeAll(w.keys, w.h)
+			t.leave(w)
+			close(w.ready)
 		}
 		w = next
 	}
@@ -414,14 +389,11 @@ func (t *Table) releaseLocked(keys []string, h *Holder) {
 				break
 			}
 		}
-		if len(e.holders) == 0 {
-			if len(e.waiters) > 0 {
-				t.touch(e)
-				freed = true
-			} else {
-				delete(t.m, k)
-				t.recycle(e)
-			}
+		if len(e.holders) == 0 && len(e.waiters) > 0 {
+			t.touch(e)
+			freed = true
+		} else {
+			t.forgetIfUnused(k, e)
 		}
 	}
 	if freed {
