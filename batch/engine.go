@@ -469,27 +469,40 @@ func (e *Engine) Acquire(ctx context.Context, set *Set, from int, who Who, ttl t
 //
 // The command goes through the cluster client, which follows MOVED and
 // ASK: for one key that is safe (a source node answers ASK only for a key
-// it does not have). A node that failed a call lately is left to the
-// script path, whose calls to such a node do not block the caller beyond
-// ctx (see exec).
+// it does not have).
 func (e *Engine) takeOne(ctx context.Context, set *Set, i int, who Who, ttl time.Duration) bool {
-	m, err := e.topo.Current(ctx)
-	if err != nil {
-		return false
-	}
-	o := m.Owner(set.Keys[i].Slot)
-	if o < 0 || e.isTroubled(m.Addrs[o]) {
+	node, ok := e.oneKeyNode(ctx, set, i)
+	if !ok {
 		return false
 	}
 	cmd := e.client.B().Set().Key(set.Lock[i]).Value(who.Holder).Nx().Px(ttl).Build()
-	err = e.client.Do(ctx, cmd).Error()
+	return e.oneKeyErr(node, e.client.Do(ctx, cmd).Error()) == nil
+}
+
+// oneKeyNode returns the master of key i for a one-key command through the
+// cluster client (takeOne, releaseOne), and false when the slot map is
+// unreadable, the slot has no master, or the master failed a call lately:
+// the general path then runs, whose calls to such a node do not block the
+// caller beyond ctx (see exec).
+func (e *Engine) oneKeyNode(ctx context.Context, set *Set, i int) (string, bool) {
+	m, err := e.topo.Current(ctx)
 	if err != nil {
-		if _, isRedis := rueidis.IsRedisErr(err); !isRedis {
-			e.trouble(m.Addrs[o])
-		}
-		return false
+		return "", false
 	}
-	return true
+	o := m.Owner(set.Keys[i].Slot)
+	if o < 0 || e.isTroubled(m.Addrs[o]) {
+		return "", false
+	}
+	return m.Addrs[o], true
+}
+
+// oneKeyErr marks node troubled when err is not a Redis reply (a lost
+// reply, a broken connection), as exec does, and returns err.
+func (e *Engine) oneKeyErr(node string, err error) error {
+	if _, isRedis := rueidis.IsRedisErr(err); err != nil && !isRedis {
+		e.trouble(node)
+	}
+	return err
 }
 
 // releaseOne releases one plain lock key (no hold set) with a script of
@@ -500,21 +513,16 @@ func (e *Engine) takeOne(ctx context.Context, set *Set, i int, who Who, ttl time
 // reply is reported as such, as the general path would: the key may be
 // gone.
 func (e *Engine) releaseOne(ctx context.Context, set *Set, i int, who Who) (lost []int, done bool, err error) {
-	m, err := e.topo.Current(ctx)
-	if err != nil {
-		return nil, false, nil
-	}
-	o := m.Owner(set.Keys[i].Slot)
-	if o < 0 || e.isTroubled(m.Addrs[o]) {
+	node, ok := e.oneKeyNode(ctx, set, i)
+	if !ok {
 		return nil, false, nil
 	}
 	n, err := release1Script.Exec(ctx, e.client, []string{set.Lock[i]}, []string{who.Holder}).AsInt64()
-	if err != nil {
+	if err = e.oneKeyErr(node, err); err != nil {
 		if _, isRedis := rueidis.IsRedisErr(err); isRedis {
 			return nil, false, nil
 		}
-		e.trouble(m.Addrs[o])
-		return nil, true, &NodeError{Node: m.Addrs[o], Script: "release", Keys: 1, Kind: ErrUnknownOutcome, Err: err}
+		return nil, true, &NodeError{Node: node, Script: "release", Keys: 1, Kind: ErrUnknownOutcome, Err: err}
 	}
 	if n == 0 {
 		return []int{i}, true, nil
