@@ -83,6 +83,6 @@ var (
 	extendScript  = newScript("extend", extendBody, true)
 	guardScript   = newScript("guard", guardBody, false)
 	// release1Script is the one-key release: one form, the key declared,
-	// no helpers (it reads no fence, no hold set).
-	release1Script = rueidis.NewLuaScript(shebangSlotOOM + release1Body)
+	// common.lua's helpers (for holder_of) but not the hold sets'.
+	release1Script = rueidis.NewLuaScript(shebangSlotOOM + commonLua + release1Body)
 )

@@ -1,23 +1,16 @@
 -- release1: delete one plain lock key (no hold set) if it holds the lease's
 -- token. The general release script covers many keys, both call forms and
 -- reentrant holds; a single-key lease, the most common kind, needs none of
--- that, and this script costs its master about half the server time.
+-- that: in `make bench` (K = 1) this one took 4.1 us of server time per call
+-- where the general one took 6.4.
 --
--- KEYS[1] the lock key; ARGV[1] the holder (lease token).
--- The value is  holder ['.' fence] ['!']  (common.lua); tokens never contain
--- '.' or '!', so the holder is the value up to the first of them.
+-- KEYS[1] the lock key; ARGV[1] the holder (lease token). The value's
+-- format, holder ['.' fence] ['!'], is read by holder_of (common.lua, which
+-- precedes this file in the loaded script).
 --
 -- Returns 1 if the key was the lease's and is deleted, 0 if not held.
 local v = redis.call('GET', KEYS[1])
-if not v then
-  return 0
-end
-local h = ARGV[1]
-if string.sub(v, 1, #h) ~= h then
-  return 0
-end
-local after = string.byte(v, #h + 1)
-if after and after ~= 46 and after ~= 33 then -- '.', '!'
+if not v or holder_of(v) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
