@@ -14,6 +14,17 @@ import (
 	"github.com/slotlock/slotlock/slot"
 )
 
+// oneKeyRig returns the test's env and context, an engine of its own over
+// the env's client, and a function that makes the Set of one key (or of
+// several) under the env's prefix.
+func oneKeyRig(t *testing.T) (*env, context.Context, *batch.Engine, func(keys ...string) *batch.Set) {
+	e := newEnv(t)
+	names, err := slot.NewNamer(e.prefix)
+	require.NoError(t, err)
+	eng := batch.New(e.client, topology.New(e.client), batch.Options{})
+	return e, ctxT(t, 30*time.Second), eng, func(keys ...string) *batch.Set { return batch.NewSet(names, keys) }
+}
+
 // TestOneKeyFallsBackToTheScript covers what the bare SET NX of a one-key
 // plain lease (batch.takeOne) does not settle by itself, on the engine
 // directly: a key that already holds the lease's own token (a SET that
@@ -23,15 +34,10 @@ import (
 // lease's token and the TTL asked for.
 func TestOneKeyFallsBackToTheScript(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	ctx := ctxT(t, 30*time.Second)
-	names, err := slot.NewNamer(e.prefix)
-	require.NoError(t, err)
-	eng := batch.New(e.client, topology.New(e.client), batch.Options{})
+	e, ctx, eng, one := oneKeyRig(t)
 	ttl := 20 * time.Second
 	opt := batch.AcquireOptions{Mode: batch.AllOrNothing}
 	me := batch.Who{Holder: "tok-me"}
-	one := func(key string) *batch.Set { return batch.NewSet(names, []string{key}) }
 	get := func(k string) (string, time.Duration) {
 		v, err := e.client.Do(ctx, e.client.B().Get().Key(k).Build()).ToString()
 		require.NoError(t, err, k)
@@ -106,13 +112,8 @@ func TestOneKeyFallsBackToTheScript(t *testing.T) {
 // absent key. One index of a larger set takes the same path.
 func TestOneKeyRelease(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	ctx := ctxT(t, 30*time.Second)
-	names, err := slot.NewNamer(e.prefix)
-	require.NoError(t, err)
-	eng := batch.New(e.client, topology.New(e.client), batch.Options{})
+	e, ctx, eng, one := oneKeyRig(t)
 	me := batch.Who{Holder: "tok-me"}
-	one := func(key string) *batch.Set { return batch.NewSet(names, []string{key}) }
 	put := func(set *batch.Set, i int, v string) {
 		require.NoError(t, e.client.Do(ctx, e.client.B().Set().Key(set.Lock[i]).Value(v).Px(20*time.Second).Build()).Error())
 	}
@@ -174,7 +175,7 @@ func TestOneKeyRelease(t *testing.T) {
 	}
 
 	// One index of three.
-	three := batch.NewSet(names, []string{"x", "y", "z"})
+	three := one("x", "y", "z")
 	for i := range 3 {
 		put(three, i, me.Holder)
 	}
