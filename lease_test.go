@@ -295,6 +295,21 @@ func TestGuardedWrite(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "paid", v)
 
+	// A command whose reply is nil ran, and says so: not an error.
+	msg, err := lease.Guard(ctx, []string{order}, "SET", order, "again", "NX")
+	require.NoError(t, err, "SET NX on a key that exists answers nil")
+	require.True(t, msg.IsNil())
+	msg, err = lease.Guard(ctx, []string{order}, "GETDEL", order)
+	require.NoError(t, err)
+	got, err := msg.ToString()
+	require.NoError(t, err)
+	require.Equal(t, "paid", got)
+	msg, err = lease.Guard(ctx, []string{order}, "GET", order)
+	require.NoError(t, err, "GET of a missing key answers nil")
+	require.True(t, msg.IsNil())
+	_, err = lease.Guard(ctx, []string{order}, "SET", order, "paid")
+	require.NoError(t, err)
+
 	_, err = lease.Guard(ctx, []string{"elsewhere"}, "SET", "elsewhere", "x")
 	require.ErrorIs(t, err, slotlock.ErrInvalid, "no lease key in that slot")
 	_, err = lease.Guard(ctx, []string{order, "other"}, "MSET", order, "a", "other", "b")

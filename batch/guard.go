@@ -41,7 +41,10 @@ func (e *Engine) Guard(ctx context.Context, set *Set, idx []int, who Who, userKe
 		res = e.client.Do(ctx, b.Eval().Script(s.slotText).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 	}
 	msg, err := res.ToMessage()
-	if err == nil {
+	if err == nil || rueidis.IsRedisNil(err) {
+		// A nil reply is the command's answer (GET of a missing key, SET
+		// NX of one that exists): it ran. rueidis reports it as an error
+		// that is not a Redis error.
 		return msg, nil, nil
 	}
 	if re, ok := rueidis.IsRedisErr(err); ok {
