@@ -187,3 +187,47 @@ func TestOneKeyRelease(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int{1}, lost, "the key released before is reported")
 }
+
+// TestHeldKeyKeepsTheBareSet: a bare SET NX that finds its key held gets a
+// nil reply, which is an answer, not a failure of the node. A node that
+// failed a call is avoided by the bare commands for a while (see
+// batch.exec); a held key must not put its node there, or one conflict
+// would send every one-key lock on that node to the script for 15 s.
+func TestHeldKeyKeepsTheBareSet(t *testing.T) {
+	// Not parallel: it counts script calls on the masters.
+	e, ctx, eng, one := oneKeyRig(t)
+	masters, err := e.c.Masters(ctx)
+	require.NoError(t, err)
+	scripts := func() int64 {
+		var n int64
+		for _, m := range masters {
+			n += commandCalls(t, ctx, m, "evalsha") + commandCalls(t, ctx, m, "eval")
+		}
+		return n
+	}
+	me := batch.Who{Holder: "tok-me"}
+	opt := batch.AcquireOptions{Mode: batch.AllOrNothing}
+	ttl := 20 * time.Second
+
+	// The first acquisition of an engine runs the script.
+	prime := one("{node}prime")
+	require.NoError(t, eng.Acquire(ctx, prime, 0, me, ttl, opt).Err)
+
+	held := one("{node}held") // same slot, so the same master, as the next key
+	require.NoError(t, e.client.Do(ctx, e.client.B().Set().Key(held.Lock[0]).Value("tok-other").Px(20*time.Second).Build()).Error())
+	a := eng.Acquire(ctx, held, 0, me, ttl, opt)
+	require.NoError(t, a.Err)
+	require.Len(t, a.Conflicts, 1)
+
+	free := one("{node}free")
+	before := scripts()
+	a = eng.Acquire(ctx, free, 0, me, ttl, opt)
+	require.NoError(t, a.Err)
+	require.Equal(t, []batch.KeyState{batch.Held}, a.State)
+	require.Equal(t, before, scripts(), "the bare SET took the free key: its node is not troubled")
+	for _, s := range []*batch.Set{prime, free} {
+		lost, err := eng.Release(ctx, s, nil, me)
+		require.NoError(t, err)
+		require.Empty(t, lost)
+	}
+}

@@ -497,9 +497,10 @@ func (e *Engine) oneKeyNode(ctx context.Context, set *Set, i int) (string, bool)
 }
 
 // oneKeyErr marks node troubled when err is not a Redis reply (a lost
-// reply, a broken connection), as exec does, and returns err.
+// reply, a broken connection), as exec does, and returns err. A nil reply
+// (SET NX on a held key) is a reply: rueidis.IsRedisErr says false for it.
 func (e *Engine) oneKeyErr(node string, err error) error {
-	if _, isRedis := rueidis.IsRedisErr(err); err != nil && !isRedis {
+	if _, isRedis := rueidis.IsRedisErr(err); err != nil && !isRedis && !rueidis.IsRedisNil(err) {
 		e.trouble(node)
 	}
 	return err
