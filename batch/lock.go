@@ -156,7 +156,9 @@ func (e *Engine) TryLock(ctx context.Context, set *Set, r Request) (Grant, error
 	c := r.Cleanup
 	for round := 0; ; round++ {
 		t0 := time.Now()
-		a := e.Acquire(ctx, set, 0, r.Who, r.TTL, r.options(AllOrNothing))
+		opt := r.options(AllOrNothing)
+		opt.First = round == 0 // later rounds follow a moved slot or a lost reply
+		a := e.Acquire(ctx, set, 0, r.Who, r.TTL, opt)
 		if a.FirstFailure(0) == set.Len() {
 			return e.granted(ctx, set, r, &a, t0)
 		}
@@ -226,12 +228,14 @@ func (e *Engine) Lock(ctx context.Context, set *Set, r Request, w *Waker) (Grant
 	c := r.Cleanup
 	waits := 0
 	lastWait := -1
-	for {
+	for first := true; ; first = false {
 		if err := ctx.Err(); err != nil {
 			return Grant{}, errors.Join(context.Cause(ctx), c.rollback(ctx, e, set, r.Who))
 		}
 		t0 := time.Now()
-		a := e.Acquire(ctx, set, 0, r.Who, r.TTL, r.options(Prefix))
+		opt := r.options(Prefix)
+		opt.First = first
+		a := e.Acquire(ctx, set, 0, r.Who, r.TTL, opt)
 		f := a.FirstFailure(0)
 		if f == set.Len() {
 			return e.granted(ctx, set, r, &a, t0)

@@ -1,0 +1,248 @@
+package slotlock_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/slotlock/slotlock"
+	"github.com/slotlock/slotlock/batch"
+	"github.com/slotlock/slotlock/internal/topology"
+	"github.com/slotlock/slotlock/slot"
+)
+
+// TestBareFirstAttempt covers the bare SET NX first attempt of a plain
+// batch (batch.takeBare), on the engine directly: it takes free keys
+// without any script, with the lease's token and TTL; it is not used
+// before a script has run on the deployment, nor right after a bare
+// attempt met a held key; when it meets a held key, the keys it took stay
+// reported as held (so the caller's rollback finds them), the held key is
+// reported by the script with its holder's remaining time and is left
+// alone; in Prefix mode the script also marks it for a wake-up; a key that
+// already holds the lease's own token (a bare SET whose reply was lost)
+// counts as taken.
+func TestBareFirstAttempt(t *testing.T) {
+	// Not parallel: it counts script calls on the masters.
+	e := newEnv(t)
+	ctx := ctxT(t, 60*time.Second)
+	names, err := slot.NewNamer(e.prefix)
+	require.NoError(t, err)
+	masters, err := e.c.Masters(ctx)
+	require.NoError(t, err)
+	scripts := func() int64 {
+		var n int64
+		for _, m := range masters {
+			n += commandCalls(t, ctx, m, "evalsha") + commandCalls(t, ctx, m, "eval")
+		}
+		return n
+	}
+	newSet := func(name string, n int) *batch.Set {
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("%s:%d", name, i)
+		}
+		return batch.NewSet(names, keys)
+	}
+	value := func(k string) (string, time.Duration) {
+		v, err := e.client.Do(ctx, e.client.B().Get().Key(k).Build()).ToString()
+		if rueidis.IsRedisNil(err) {
+			return "", 0
+		}
+		require.NoError(t, err, k)
+		pttl, err := e.client.Do(ctx, e.client.B().Pttl().Key(k).Build()).AsInt64()
+		require.NoError(t, err, k)
+		return v, time.Duration(pttl) * time.Millisecond
+	}
+	ttl := 20 * time.Second
+	me := batch.Who{Holder: "tok-me"}
+	first := func(m batch.Mode) batch.AcquireOptions { return batch.AcquireOptions{Mode: m, First: true} }
+	allHeld := func(set *batch.Set) []batch.KeyState {
+		st := make([]batch.KeyState, set.Len())
+		for i := range st {
+			st[i] = batch.Held
+		}
+		return st
+	}
+	release := func(eng *batch.Engine, set *batch.Set) []int {
+		lost, err := eng.Release(ctx, set, nil, me)
+		require.NoError(t, err)
+		return lost
+	}
+	// freshEngine is an engine that has run no script yet.
+	freshEngine := func() *batch.Engine {
+		return batch.New(e.client, topology.New(e.client), batch.Options{})
+	}
+
+	// A fresh engine sends the script first, whatever First says: a server
+	// that refuses scripts must say so at the lock.
+	eng := freshEngine()
+	warm := newSet("warm", 12)
+	before := scripts()
+	a := eng.Acquire(ctx, warm, 0, me, ttl, first(batch.AllOrNothing))
+	require.NoError(t, a.Err)
+	require.Equal(t, allHeld(warm), a.State)
+	require.Greater(t, scripts(), before, "the first acquisition of an engine runs the script")
+	require.Empty(t, release(eng, warm))
+
+	// Free keys: taken by the bare commands alone.
+	free := newSet("free", 20)
+	before = scripts()
+	a = eng.Acquire(ctx, free, 0, me, ttl, first(batch.AllOrNothing))
+	require.NoError(t, a.Err)
+	require.Equal(t, allHeld(free), a.State)
+	require.Equal(t, before, scripts(), "free keys need no script")
+	for _, k := range free.Lock {
+		v, left := value(k)
+		require.Equal(t, me.Holder, v, k)
+		require.Greater(t, left, ttl-5*time.Second, k)
+		require.LessOrEqual(t, left, ttl, k)
+	}
+	require.Empty(t, release(eng, free))
+
+	// Not First (a retry, a waiter's next attempt): the script.
+	again := newSet("again", 6)
+	before = scripts()
+	a = eng.Acquire(ctx, again, 0, me, ttl, batch.AcquireOptions{Mode: batch.AllOrNothing})
+	require.NoError(t, a.Err)
+	require.Equal(t, allHeld(again), a.State)
+	require.Greater(t, scripts(), before)
+	require.Empty(t, release(eng, again))
+
+	// One key of the batch held by someone else, all or nothing.
+	for _, tc := range []struct {
+		mode   batch.Mode
+		marked bool
+	}{{batch.AllOrNothing, false}, {batch.Prefix, true}} {
+		eng := freshEngine()
+		require.NoError(t, eng.Acquire(ctx, newSet(fmt.Sprintf("prime%d", tc.mode), 1), 0, me, ttl, first(tc.mode)).Err)
+		set := newSet(fmt.Sprintf("held%d", tc.mode), 20)
+		mid := set.Len() / 2
+		require.NoError(t, e.client.Do(ctx, e.client.B().Set().Key(set.Lock[mid]).Value("tok-other").Px(7*time.Second).Build()).Error())
+		a := eng.Acquire(ctx, set, 0, me, ttl, first(tc.mode))
+		require.NoError(t, a.Err)
+		want := allHeld(set)
+		want[mid] = batch.NotHeld
+		require.Equal(t, want, a.State, "the keys the bare commands took are reported held")
+		require.Len(t, a.Conflicts, 1)
+		require.Equal(t, mid, a.Conflicts[0].Index)
+		require.Greater(t, a.Conflicts[0].TTL, 4*time.Second)
+		require.LessOrEqual(t, a.Conflicts[0].TTL, 7*time.Second)
+		v, left := value(set.Lock[mid])
+		wantV := "tok-other"
+		if tc.marked {
+			wantV += "!" // the waiter's mark: the holder's release will publish
+		}
+		require.Equal(t, wantV, v)
+		require.LessOrEqual(t, left, 7*time.Second, "the holder's expiry is untouched")
+		for i, k := range set.Lock {
+			if i != mid {
+				v, _ := value(k)
+				require.Equal(t, me.Holder, v, k)
+			}
+		}
+		require.Equal(t, []int{mid}, release(eng, set), "rolled back: every key but the other's")
+		for i, k := range set.Lock {
+			v, _ := value(k)
+			if i == mid {
+				require.Equal(t, wantV, v)
+			} else {
+				require.Empty(t, v, k)
+			}
+		}
+
+		// Right after a miss, first attempts go to the script.
+		next := newSet(fmt.Sprintf("next%d", tc.mode), 8)
+		before := scripts()
+		a = eng.Acquire(ctx, next, 0, me, ttl, first(tc.mode))
+		require.NoError(t, a.Err)
+		require.Equal(t, allHeld(next), a.State)
+		require.Greater(t, scripts(), before, "a miss sends the next first attempts to the script")
+		require.Empty(t, release(eng, next))
+	}
+
+	// A key that already holds the lease's own token (a bare SET that
+	// landed although its reply was lost), with a short expiry: the bare
+	// SET finds it held, the script counts it as taken and renews it.
+	eng = freshEngine()
+	require.NoError(t, eng.Acquire(ctx, newSet("prime-own", 1), 0, me, ttl, first(batch.AllOrNothing)).Err)
+	own := newSet("own", 10)
+	require.NoError(t, e.client.Do(ctx, e.client.B().Set().Key(own.Lock[3]).Value(me.Holder).Px(2*time.Second).Build()).Error())
+	a = eng.Acquire(ctx, own, 0, me, ttl, first(batch.AllOrNothing))
+	require.NoError(t, a.Err)
+	require.Equal(t, allHeld(own), a.State)
+	require.Empty(t, a.Conflicts)
+	v, left := value(own.Lock[3])
+	require.Equal(t, me.Holder, v)
+	require.Greater(t, left, 10*time.Second, "renewed to the TTL")
+	require.Empty(t, release(eng, own))
+}
+
+// TestBareAttemptTrimmedWhileWaiting locks a batch whose middle key (in
+// canonical order) another Locker holds, so that the first attempt's bare
+// commands take the keys on both sides of it. While it waits, the lease
+// must hold exactly the keys below the one it waits for (the keys above
+// are given back, or a waiter could hold keys out of order and deadlock
+// with another); once the holder lets go, it gets every key.
+func TestBareAttemptTrimmedWhileWaiting(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	names, err := slot.NewNamer(e.prefix)
+	require.NoError(t, err)
+	l := e.locker(slotlock.Options{TTL: 20 * time.Second})
+	other := e.locker(slotlock.Options{TTL: 20 * time.Second})
+
+	// A lease first, so that the Locker has run a script and the next
+	// acquisition's first attempt is bare.
+	prime, err := l.Lock(ctx, "prime:1", "prime:2")
+	require.NoError(t, err)
+	require.NoError(t, prime.Release(ctx))
+
+	keys := keysN("trim", 24)
+	set := batch.NewSet(names, keys)
+	mid := set.Len() / 2
+	held, err := other.Lock(ctx, set.Keys[mid].Name)
+	require.NoError(t, err)
+
+	type result struct {
+		lease *slotlock.Lease
+		err   error
+	}
+	got := make(chan result, 1)
+	go func() {
+		lease, err := l.Lock(ctx, keys...)
+		got <- result{lease, err}
+	}()
+	require.Eventually(t, func() bool {
+		locked := e.lockKeys()
+		if len(locked) != mid+1 {
+			return false
+		}
+		for i := range mid {
+			if _, ok := locked[set.Lock[i]]; !ok {
+				return false
+			}
+		}
+		v := locked[set.Lock[mid]]
+		return len(v) > 0 && v[len(v)-1] == '!'
+	}, 10*time.Second, time.Millisecond, "waiting, the lease holds the keys below the one it waits for, and only those")
+	select {
+	case r := <-got:
+		t.Fatalf("Lock returned while the key was held: %v", r.err)
+	default:
+	}
+
+	require.NoError(t, held.Release(ctx))
+	r := <-got
+	require.NoError(t, r.err)
+	locked := e.lockKeys()
+	require.Len(t, locked, len(keys))
+	for _, k := range set.Lock {
+		require.Equal(t, r.lease.Token(), locked[k], "the lease holds %s", k)
+	}
+	require.NoError(t, r.lease.Release(ctx))
+	require.Empty(t, e.lockKeys())
+}
