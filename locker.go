@@ -94,6 +94,7 @@ func (l *Locker) Close() error {
 	}
 	l.dog.close()
 	l.waker.Close()
+	l.lua.Close()
 	return nil
 }
 

@@ -58,6 +58,8 @@ type Engine struct {
 	// bareSkip counts first attempts that go straight to the script
 	// because a recent bare attempt met a held key (see takeBare).
 	bareSkip atomic.Int32
+
+	workers workers // the goroutines of multi-node operations
 }
 
 // slotModeSpell is how long a node stays in per-slot mode after a
@@ -91,6 +93,10 @@ func New(client rueidis.Client, topo *topology.Source, opt Options) *Engine {
 	e.perSlot.Store(opt.PerSlot)
 	return e
 }
+
+// Close ends the goroutines the engine keeps for its calls to nodes. Calls
+// made after Close still work, on goroutines of their own.
+func (e *Engine) Close() { e.workers.close() }
 
 // PerSlot reports whether the engine makes one call per slot (true) or one
 // per node.

@@ -77,7 +77,7 @@ func (e *Engine) exec(ctx context.Context, calls []call, jobs []job, w *waitAfte
 	}
 	results := make(chan nodeResult, len(runs)) // never blocks a late sender
 	for i := range runs {
-		go func() { results <- e.runNode(ctx, i, runs[i], calls, jobs, w) }()
+		e.workers.do(func() { results <- e.runNode(ctx, i, runs[i], calls, jobs, w) })
 	}
 	got := make([]bool, len(runs))
 	for range runs {
