@@ -3,7 +3,11 @@
 -- reentrant holds; a single-key lease, the most common kind, needs none of
 -- that: in `make bench` at 75e63d4 (K = 1) this one took 4.1 us of server
 -- time per call where the general one took 6.4 (it parsed the value itself
--- then; reading it with holder_of costs about 0.2 us more).
+-- then; reading it with holder_of costs about 0.2 us more). Comparing the
+-- value with the token before holder_of's pattern search, as is_mine does,
+-- took the call from 4.6-4.9 to 4.2-4.3 us (INFO commandstats of the
+-- masters over 20,000 one-key locks and releases, three runs each, process
+-- backend, 2 cores).
 --
 -- KEYS[1] the lock key; ARGV[1] the holder (lease token). The value's
 -- format, holder ['.' fence] ['!'], is read by holder_of (common.lua, which
@@ -11,8 +15,8 @@
 --
 -- Returns 1 if the key was the lease's and is deleted, 0 if not held.
 local v = redis.call('GET', KEYS[1])
-if not v or holder_of(v) ~= ARGV[1] then
-  return 0
+if v ~= ARGV[1] and (not v or holder_of(v) ~= ARGV[1]) then
+  return 0 -- the equality first: a plain lease's value is its token
 end
 redis.call('DEL', KEYS[1])
 if string.byte(v, -1) == 33 then -- '!': a waiter marked it
