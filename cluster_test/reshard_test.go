@@ -23,20 +23,25 @@ import (
 // end (every failed attempt gave back what it took). A quarter of the keys
 // share a hash tag four by four, so batches carry several keys of one slot:
 // what the two migration bugs needed (TestMigratingSlotAsk,
-// TestMigratingSlotFence).
+// TestMigratingSlotFence). The "bare" mode takes plain leases (no fencing)
+// over a wider key space, so that most first attempts take their keys with
+// bare SET NX commands through the cluster client, which follows MOVED and
+// ASK (batch.takeBare); the fenced modes never use them.
 func TestReshardingUnderLoad(t *testing.T) {
 	for _, m := range []struct {
 		name    string
 		perSlot bool
-	}{{"per-node", false}, {"per-slot", true}} {
+		fencing bool
+		space   int
+	}{{"per-node", false, true, 60}, {"per-slot", true, true, 60}, {"bare", false, false, 480}} {
 		t.Run(m.name, func(t *testing.T) {
 			s := chaosScale()
 			e := newEnv(t, pick(s, 3*time.Minute, 30*time.Minute))
-			space := keySpace(60)
+			space := keySpace(m.space)
 			w := &workload{
 				e:        e,
 				name:     m.name,
-				opt:      slotlock.Options{TTL: 5 * time.Second, Renew: slotlock.RenewAlways, Fencing: true, PerSlot: m.perSlot},
+				opt:      slotlock.Options{TTL: 5 * time.Second, Renew: slotlock.RenewAlways, Fencing: m.fencing, PerSlot: m.perSlot},
 				space:    space,
 				workers:  6,
 				maxBatch: 10,
