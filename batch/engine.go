@@ -516,13 +516,13 @@ func (e *Engine) takeOne(ctx context.Context, set *Set, i int, who Who, ttl time
 	return e.oneKeyErr(node, e.client.Do(ctx, cmd).Error()) == nil
 }
 
-// bareMax is the largest batch whose first attempt takeBare sends. A bare
+// BareMax is the largest batch whose first attempt takeBare sends. A bare
 // SET costs the client a command of its own to build, send and read back,
 // where the script takes all of a node's keys in one call; the script
 // costs its master about a microsecond more per key. On this project's
 // 2-core machine the bare commands were about 10% faster at K = 100, even
 // at K = 300, and slower at K = 500 and 1,000 (docs/design.md).
-const bareMax = 256
+const BareMax = 256
 
 // bareSkipAfterMiss is how many first attempts skip takeBare after one
 // met a held key: where batches collide in Redis (several processes on
@@ -534,10 +534,10 @@ const bareSkipAfterMiss = 8
 // bareFits reports whether a first attempt over n keys may use takeBare:
 // a plain lease (no fencing token to draw, no hold set to join, no
 // replicas to wait for, as for takeOne) of more than one key and at most
-// bareMax, on a deployment where an acquire script has already run, and
+// BareMax, on a deployment where an acquire script has already run, and
 // no recent bare attempt met a held key.
 func (e *Engine) bareFits(n int, who Who, opt AcquireOptions) bool {
-	if n < 2 || n > bareMax || who.Lease != "" || opt.Fencing || opt.MinReplicas > 0 || !e.scriptsRun.Load() {
+	if n < 2 || n > BareMax || who.Lease != "" || opt.Fencing || opt.MinReplicas > 0 || !e.scriptsRun.Load() {
 		return false
 	}
 	if e.bareSkip.Load() > 0 {
