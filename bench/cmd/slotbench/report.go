@@ -158,7 +158,7 @@ func markdown(m *machine, rows []row, pairs []*pairTarget, profs map[int]*profil
 	p("| Go | %s, GOMAXPROCS %d |\n", m.GoVersion, runtime.GOMAXPROCS(0))
 	p("| slotlock | commit %s |\n", m.Library)
 	p("| command | `%s` (took %s; load average %s at start, %s at end) |\n", m.Command, m.Took.Round(time.Second), m.LoadStart, m.LoadEnd)
-	p("| cell length | %s per uncontended cell, %s per contended cell (testing.B's target time) |\n\n", m.Benchtime, m.HotTime)
+	p("| cell length | %s per uncontended cell, %s per contended cell (testing.B's target time); the first cell is run once, unrecorded, before the matrix (a warm-up) |\n\n", m.Benchtime, m.HotTime)
 	p("Client and cluster share the machine's %d cores: every figure below includes that competition, for every contender alike.\n\n", m.CPUs)
 
 	p("Each cell is a `testing.B` benchmark: W workers share b.N batches, and a batch is *lock K keys, then release them*. ")
