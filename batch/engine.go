@@ -585,9 +585,14 @@ func (e *Engine) takeBare(ctx context.Context, set *Set, from int, who Who, ttl 
 		}
 		node[i] = o
 	}
+	// Arbitrary with the TTL formatted once: building 100 commands took
+	// 19-22 us and 300 allocations this way, 31-33 us and 500 with the
+	// typed builder (Set().Key().Value().Nx().Px(ttl); a go test
+	// benchmark of the two, commands not returned to rueidis's pool).
+	px := strconv.FormatInt(ttl.Milliseconds(), 10)
 	cmds := make(rueidis.Commands, 0, set.Len()-from)
 	for i := from; i < set.Len(); i++ {
-		cmds = append(cmds, e.client.B().Set().Key(set.Lock[i]).Value(who.Holder).Nx().Px(ttl).Build())
+		cmds = append(cmds, e.client.B().Arbitrary("SET").Keys(set.Lock[i]).Args(who.Holder, "NX", "PX", px).Build())
 	}
 	res := e.client.DoMulti(ctx, cmds...)
 	for k, r := range res {
