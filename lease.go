@@ -340,9 +340,11 @@ func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 //
 //	lease.Guard(ctx, []string{"order:42"}, "SET", "order:42", "paid")
 //
-// If a lease key of that slot is no longer held the command does not run and
-// Guard returns a *LostError (errors.Is ErrLeaseLost) and the lease ends as
-// lost.
+// It returns the command's reply as Redis gave it, a nil reply included
+// (GET of a missing key, SET NX of one that exists: msg.IsNil() is true and
+// the error nil). If a lease key of that slot is no longer held the command
+// does not run and Guard returns a *LostError (errors.Is ErrLeaseLost) and
+// the lease ends as lost.
 func (le *Lease) Guard(ctx context.Context, keys []string, cmd ...string) (rueidis.RedisMessage, error) {
 	if len(keys) == 0 || len(cmd) == 0 {
 		return rueidis.RedisMessage{}, fmt.Errorf("%w: Guard needs keys and a command", ErrInvalid)
