@@ -130,3 +130,33 @@ func ExampleLocker_Do() {
 	// moving money while both accounts are locked
 	// <nil>
 }
+
+func ExampleLease_Guard() {
+	client := exampleClient()
+	defer client.Close()
+	locker, _ := slotlock.New(client, slotlock.Options{Prefix: "example-guard"})
+	defer locker.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	defer client.Do(context.Background(), client.B().Del().Key("example-guard:order:42").Build())
+
+	const order = "example-guard:order:42" // the user's own data key
+	lease, err := locker.Lock(ctx, order)
+	if err != nil {
+		panic(err)
+	}
+	defer lease.Release(context.Background())
+
+	// The write runs only while the lease still holds the order's lock,
+	// checked in the same script on the same node.
+	if _, err := lease.Guard(ctx, []string{order}, "SET", order, "paid"); err != nil {
+		panic(err) // errors.Is(err, slotlock.ErrLeaseLost): the write did not run
+	}
+	reply, err := lease.Guard(ctx, []string{order}, "SET", order, "refunded", "NX")
+	if err != nil {
+		panic(err)
+	}
+	v, _ := client.Do(ctx, client.B().Get().Key(order).Build()).ToString()
+	fmt.Println(v, reply.IsNil())
+	// Output: paid true
+}
