@@ -30,15 +30,7 @@ func TestBareFirstAttempt(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	names, err := slot.NewNamer(e.prefix)
 	require.NoError(t, err)
-	masters, err := e.c.Masters(ctx)
-	require.NoError(t, err)
-	scripts := func() int64 {
-		var n int64
-		for _, m := range masters {
-			n += commandCalls(t, ctx, m, "evalsha") + commandCalls(t, ctx, m, "eval")
-		}
-		return n
-	}
+	scripts := func() int64 { return e.scriptCalls(ctx) }
 	newSet := func(name string, n int) *batch.Set {
 		keys := make([]string, n)
 		for i := range keys {

@@ -114,6 +114,20 @@ func (e *env) requireNoneWith(token string) {
 
 func redistestRequire(t testing.TB) { redistest.Require(t, cluster) }
 
+// scriptCalls returns how many scripts (EVALSHA and EVAL) the masters ran
+// since they started. Only tests that do not run in parallel can read a
+// difference of it as their own.
+func (e *env) scriptCalls(ctx context.Context) int64 {
+	e.t.Helper()
+	masters, err := e.c.Masters(ctx)
+	require.NoError(e.t, err)
+	var n int64
+	for _, m := range masters {
+		n += commandCalls(e.t, ctx, m, "evalsha") + commandCalls(e.t, ctx, m, "eval")
+	}
+	return n
+}
+
 // lockInBackground locks keys with l in a goroutine and releases them at
 // once; the channel gets the first error, or nil. For waiters that a test
 // wakes by releasing what blocks them.

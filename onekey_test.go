@@ -196,15 +196,7 @@ func TestOneKeyRelease(t *testing.T) {
 func TestHeldKeyKeepsTheBareSet(t *testing.T) {
 	// Not parallel: it counts script calls on the masters.
 	e, ctx, eng, one := oneKeyRig(t)
-	masters, err := e.c.Masters(ctx)
-	require.NoError(t, err)
-	scripts := func() int64 {
-		var n int64
-		for _, m := range masters {
-			n += commandCalls(t, ctx, m, "evalsha") + commandCalls(t, ctx, m, "eval")
-		}
-		return n
-	}
+	scripts := func() int64 { return e.scriptCalls(ctx) }
 	me := batch.Who{Holder: "tok-me"}
 	opt := batch.AcquireOptions{Mode: batch.AllOrNothing}
 	ttl := 20 * time.Second
