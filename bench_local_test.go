@@ -83,3 +83,32 @@ func BenchmarkOneKey(b *testing.B) {
 		benchOneKey(b, 64, slotlock.Options{NoLocalQueue: true})
 	})
 }
+
+// BenchmarkBareSetBuild builds the 100 SET NX PX commands of a bare
+// attempt (batch.takeBare) two ways: rueidis's typed builder, which
+// formats the TTL at every key, and Arbitrary with the TTL formatted once,
+// which takeBare uses. The commands are not sent, so they do not go back
+// to rueidis's pool.
+func BenchmarkBareSetBuild(b *testing.B) {
+	e := newEnv(b)
+	keys := keysN("slotlock{tag}:order", 100)
+	const holder = "AAAAAAAAAAAAAAAAAAAAAA"
+	ttl := 30 * time.Second
+	b.Run("typed", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			for _, k := range keys {
+				_ = e.client.B().Set().Key(k).Value(holder).Nx().Px(ttl).Build()
+			}
+		}
+	})
+	b.Run("arbitrary", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			px := strconv.FormatInt(ttl.Milliseconds(), 10)
+			for _, k := range keys {
+				_ = e.client.B().Arbitrary("SET").Keys(k).Args(holder, "NX", "PX", px).Build()
+			}
+		}
+	})
+}

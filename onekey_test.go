@@ -26,7 +26,7 @@ func oneKeyRig(t *testing.T) (*env, context.Context, *batch.Engine, func(keys ..
 }
 
 // TestOneKeyFallsBackToTheScript covers what the bare SET NX of a one-key
-// plain lease (batch.takeOne) does not settle by itself, on the engine
+// plain lease (batch.takeBare) does not settle by itself, on the engine
 // directly: a key that already holds the lease's own token (a SET that
 // landed although its reply was lost, then a retry) counts as taken and
 // keeps its value; a key held by another lease is reported as a conflict

@@ -493,7 +493,7 @@ func TestPipelineStrategy(t *testing.T) {
 		t.Parallel()
 		e := noLuaEnv(t, c)
 		// "one key": a lease of one plain key may be taken by a bare SET NX
-		// (batch.takeOne), but not before a script has run: a refused
+		// (batch.takeBare), but not before a script has run: a refused
 		// script must show at the lock, not at its release.
 		for _, first := range []string{"lock", "trylock", "one key"} {
 			logs := &logCounter{}

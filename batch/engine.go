@@ -49,8 +49,8 @@ type Engine struct {
 	troubled map[string]time.Time
 
 	// scriptsRun is set once an acquire script has run on the deployment.
-	// Until then every acquisition goes through a script, takeOne's SET
-	// included: a server that refuses scripts must say so at the lock
+	// Until then every acquisition goes through a script, with no bare
+	// SET (takeBare): a server that refuses scripts must say so at the lock
 	// (where an Auto Locker switches strategy, having written nothing),
 	// not at the release of a key a bare SET took.
 	scriptsRun atomic.Bool
@@ -352,32 +352,24 @@ func allIndexes(n, from int) []int {
 // all nodes go out in one pipelined round trip.
 func (e *Engine) Acquire(ctx context.Context, set *Set, from int, who Who, ttl time.Duration, opt AcquireOptions) Attempt {
 	a := Attempt{State: make([]KeyState, set.Len())}
-	if set.Len()-from == 1 && who.Lease == "" && !opt.Fencing && opt.MinReplicas == 0 &&
-		e.scriptsRun.Load() && e.takeOne(ctx, set, from, who, ttl) {
-		a.State[from] = Held
-		return a
-	}
-	idx := allIndexes(set.Len(), from)
-	if opt.First && e.bareFits(len(idx), who, opt) {
-		switch st, tried := e.takeBare(ctx, set, from, who, ttl); {
-		case tried && st == nil:
-			for _, i := range idx {
-				a.State[i] = Held
-			}
+	var idx []int
+	if e.bareFits(set.Len()-from, who, opt) {
+		if taken, tried := e.takeBare(ctx, set, from, who, ttl, a.State); taken {
 			return a
-		case tried:
+		} else if tried {
 			// The script goes on with the keys the bare commands did not
 			// get; what they got is held (or, after a lost reply, may be)
 			// and stays in State, so that the caller's rollback or trim
 			// sees it.
-			copy(a.State, st)
-			idx = idx[:0]
 			for i := from; i < set.Len(); i++ {
-				if st[i] != Held {
+				if a.State[i] != Held {
 					idx = append(idx, i)
 				}
 			}
 		}
+	}
+	if idx == nil {
+		idx = allIndexes(set.Len(), from)
 	}
 	if opt.Fencing {
 		a.Fences = make([]int64, set.Len())
@@ -493,35 +485,12 @@ func (e *Engine) Acquire(ctx context.Context, set *Set, from int, who Who, ttl t
 	}
 }
 
-// takeOne is the lean path for the one key of a plain lease (no fencing
-// token to draw, no hold set to join, no replicas to wait for): a bare
-// SET NX PX, as the key's own client would send it, instead of a script
-// call, which costs its master several times the server time of a SET
-// (docs/benchmarks.md, K = 1). It reports whether the key was taken. On
-// anything else (the key is held, a Redis error, a lost reply) it reports
-// false and Acquire runs the script, which decides as if this SET had not
-// been sent: a key that holds who's own token counts as taken, so a SET
-// that landed although its reply was lost is found there, and a held key
-// gets the script's conflict report and waiter's mark.
-//
-// The command goes through the cluster client, which follows MOVED and
-// ASK: for one key that is safe (a source node answers ASK only for a key
-// it does not have).
-func (e *Engine) takeOne(ctx context.Context, set *Set, i int, who Who, ttl time.Duration) bool {
-	node, ok := e.oneKeyNode(ctx, set, i)
-	if !ok {
-		return false
-	}
-	cmd := e.client.B().Set().Key(set.Lock[i]).Value(who.Holder).Nx().Px(ttl).Build()
-	return e.oneKeyErr(node, e.client.Do(ctx, cmd).Error()) == nil
-}
-
-// BareMax is the largest batch whose first attempt takeBare sends. A bare
+// BareMax is the largest batch that takeBare takes. A bare
 // SET costs the client a command of its own to build, send and read back,
 // where the script takes all of a node's keys in one call; the script
-// costs its master about a microsecond more per key. On this project's
-// 2-core machine the bare commands were about 10% faster at K = 100, even
-// at K = 300, and slower at K = 500 and 1,000 (docs/design.md).
+// costs its master about a microsecond more per key. Above this bound the
+// client's extra CPU grew to 0.4-0.8 ms per 1,000-key batch for no gain in
+// batches/s on this project's 2-core machine (docs/design.md).
 const BareMax = 256
 
 // bareSkipAfterMiss is how many first attempts skip takeBare after one
@@ -531,13 +500,22 @@ const BareMax = 256
 // script's answer trims them.
 const bareSkipAfterMiss = 8
 
-// bareFits reports whether a first attempt over n keys may use takeBare:
-// a plain lease (no fencing token to draw, no hold set to join, no
-// replicas to wait for, as for takeOne) of more than one key and at most
-// BareMax, on a deployment where an acquire script has already run, and
-// no recent bare attempt met a held key.
+// bareFits reports whether an attempt over n keys may use takeBare: a
+// plain lease (no fencing token to draw, no hold set to join, no replicas
+// to wait for) of at most BareMax keys, on a deployment where an acquire
+// script has already run (a server that refuses scripts must say so at
+// the lock, where an Auto Locker switches strategy having written
+// nothing, not at the release of keys a bare SET took). One key is tried
+// on every attempt: it cannot be half taken. More are tried on the first
+// attempt only, and not while bareSkip counts down after a miss.
 func (e *Engine) bareFits(n int, who Who, opt AcquireOptions) bool {
-	if n < 2 || n > BareMax || who.Lease != "" || opt.Fencing || opt.MinReplicas > 0 || !e.scriptsRun.Load() {
+	if n < 1 || n > BareMax || who.Lease != "" || opt.Fencing || opt.MinReplicas > 0 || !e.scriptsRun.Load() {
+		return false
+	}
+	if n == 1 {
+		return true
+	}
+	if !opt.First {
 		return false
 	}
 	if e.bareSkip.Load() > 0 {
@@ -547,79 +525,89 @@ func (e *Engine) bareFits(n int, who Who, opt AcquireOptions) bool {
 	return true
 }
 
-// takeBare is takeOne for a batch: SET key token NX PX ttl for keys
-// from.. of set, bare commands in one DoMulti of the cluster client, which
-// sends each node its share in parallel and follows MOVED and ASK per
-// command (safe for one-key commands, as for takeOne). It reports whether
-// it sent them (not when the slot map is unreadable, a slot has no master
-// or one of the masters failed a call lately: the cluster client may then
-// wait for a redial beyond ctx, see exec), and nil when every key was
-// taken. Otherwise st has one state per key of the set: Held for an OK,
-// NotHeld for a key found held (or a Redis error: nothing written),
-// Unknown for a lost reply (the SET may have landed).
+// takeBare takes keys from.. of set with SET key token NX PX ttl, bare
+// commands through the cluster client, as the key's own client would send
+// them, instead of a script call, which costs its master about a
+// microsecond more per key (docs/benchmarks.md). One key goes in one Do;
+// more in one DoMulti, which sends each node its share in parallel. The
+// cluster client follows MOVED and ASK per command: safe for a one-key
+// command (a source node answers ASK only for a key it does not have).
+//
+// It writes the outcome into st: Held for an OK, NotHeld for a key found
+// held (a nil reply) or a Redis error (nothing written), Unknown for a
+// lost reply (the SET may have landed; the node is marked troubled). It
+// reports whether every key was taken, and whether it sent anything at
+// all: not when the slot map is unreadable, a slot has no master, or one
+// of the masters failed a call lately (the cluster client may then wait
+// for a redial beyond ctx, and the general path's calls do not; see
+// exec).
 //
 // Unlike the script, the bare commands are not all or nothing: on a held
 // key the others stay taken. Acquire then runs the script on the keys not
 // taken, which decides for them as if from the start (a key holding the
-// lease's own token counts as taken), and reports what the bare commands
-// took in State; Lock gives back what lies above the first key it could
-// not get, TryLock gives back everything, as after any partial attempt.
-// Other batches may see those keys held for that round trip, no longer.
-func (e *Engine) takeBare(ctx context.Context, set *Set, from int, who Who, ttl time.Duration) (st []KeyState, tried bool) {
+// lease's own token counts as taken, so a SET that landed although its
+// reply was lost is found there), and keeps what the bare commands took
+// in State: Lock gives back what lies above the first key it could not
+// get, TryLock gives back everything, as after any partial attempt. Other
+// batches may see those keys held for that round trip, no longer. A miss
+// over several keys makes the next bareSkipAfterMiss first attempts go
+// straight to the script.
+func (e *Engine) takeBare(ctx context.Context, set *Set, from int, who Who, ttl time.Duration, st []KeyState) (taken, tried bool) {
 	m, err := e.topo.Current(ctx)
 	if err != nil {
-		return nil, false
+		return false, false
 	}
-	node := make([]int, set.Len())
-	checked := make([]bool, len(m.Addrs))
+	var seenBuf [8]int
+	seen := seenBuf[:0] // masters already checked
 	for i := from; i < set.Len(); i++ {
 		o := m.Owner(set.Keys[i].Slot)
 		if o < 0 {
-			return nil, false
+			return false, false
 		}
-		if !checked[o] {
+		if !slices.Contains(seen, o) {
 			if e.isTroubled(m.Addrs[o]) {
-				return nil, false
+				return false, false
 			}
-			checked[o] = true
+			seen = append(seen, o)
 		}
-		node[i] = o
 	}
-	// Arbitrary with the TTL formatted once: building 100 commands took
-	// 19-22 us and 300 allocations this way, 31-33 us and 500 with the
-	// typed builder (Set().Key().Value().Nx().Px(ttl); a go test
-	// benchmark of the two, commands not returned to rueidis's pool).
+	// Arbitrary with the TTL formatted once: see BenchmarkBareSetBuild.
 	px := strconv.FormatInt(ttl.Milliseconds(), 10)
+	set1 := func(i int) rueidis.Completed {
+		return e.client.B().Arbitrary("SET").Keys(set.Lock[i]).Args(who.Holder, "NX", "PX", px).Build()
+	}
+	taken = true
+	note := func(i int, r rueidis.RedisResult) {
+		switch {
+		case r.Error() == nil:
+			st[i] = Held
+		case r.NonRedisError() != nil:
+			st[i] = Unknown
+			e.trouble(m.Addrs[m.Owner(set.Keys[i].Slot)])
+			taken = false
+		default: // nil (held) or an error reply: nothing written
+			taken = false
+		}
+	}
+	if set.Len()-from == 1 {
+		note(from, e.client.Do(ctx, set1(from)))
+		return taken, true
+	}
 	cmds := make(rueidis.Commands, 0, set.Len()-from)
 	for i := from; i < set.Len(); i++ {
-		cmds = append(cmds, e.client.B().Arbitrary("SET").Keys(set.Lock[i]).Args(who.Holder, "NX", "PX", px).Build())
+		cmds = append(cmds, set1(i))
 	}
-	res := e.client.DoMulti(ctx, cmds...)
-	for k, r := range res {
-		if r.Error() == nil {
-			continue
-		}
-		if st == nil {
-			st = make([]KeyState, set.Len())
-			for i := from; i < set.Len(); i++ {
-				st[i] = Held // until a reply says otherwise
-			}
-		}
-		i := from + k
-		st[i] = NotHeld // a nil reply (held) or an error reply: nothing written
-		if r.NonRedisError() != nil {
-			st[i] = Unknown
-			e.trouble(m.Addrs[node[i]])
-		}
+	for k, r := range e.client.DoMulti(ctx, cmds...) {
+		note(from+k, r)
 	}
-	if st != nil {
+	if !taken {
 		e.bareSkip.Store(bareSkipAfterMiss)
 	}
-	return st, true
+	return taken, true
 }
 
 // oneKeyNode returns the master of key i for a one-key command through the
-// cluster client (takeOne, releaseOne), and false when the slot map is
+// cluster client (releaseOne), and false when the slot map is
 // unreadable, the slot has no master, or the master failed a call lately:
 // the general path then runs, whose calls to such a node do not block the
 // caller beyond ctx (see exec).
@@ -637,7 +625,7 @@ func (e *Engine) oneKeyNode(ctx context.Context, set *Set, i int) (string, bool)
 
 // oneKeyErr marks node troubled when err is not a Redis reply (a lost
 // reply, a broken connection), as exec does, and returns err. A nil reply
-// (SET NX on a held key) is a reply: rueidis.IsRedisErr says false for it.
+// is a reply: rueidis.IsRedisErr says false for it.
 func (e *Engine) oneKeyErr(node string, err error) error {
 	if _, isRedis := rueidis.IsRedisErr(err); err != nil && !isRedis && !rueidis.IsRedisNil(err) {
 		e.trouble(node)
@@ -646,7 +634,7 @@ func (e *Engine) oneKeyErr(node string, err error) error {
 }
 
 // releaseOne releases one plain lock key (no hold set) with a script of
-// its own (release1.lua), sent through the cluster client like takeOne:
+// its own (release1.lua), sent through the cluster client like takeBare:
 // it declares its one key, so following MOVED or ASK is safe. A Redis
 // error means the script did not delete (it fails before, or not at all),
 // so the general path runs instead (done false) and classifies it; a lost

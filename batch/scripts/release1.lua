@@ -5,9 +5,11 @@
 -- time per call where the general one took 6.4 (it parsed the value itself
 -- then; reading it with holder_of costs about 0.2 us more). Comparing the
 -- value with the token before holder_of's pattern search, as is_mine does,
--- took the call from 4.6-4.9 to 4.2-4.3 us (INFO commandstats of the
--- masters over 20,000 one-key locks and releases, three runs each, process
--- backend, 2 cores).
+-- took the masters' EVALSHA time per one-key lock and release from a
+-- median of 6.8 to 5.2 us (five alternating runs of 10,000 batches at
+-- 7fe7f19 and 3706897, process backend, 2 cores: cd bench &&
+-- SLOTLOCK_CLUSTER=process go run ./cmd/phases -modes slotlock -k 1
+-- -n 10000 -rounds 1).
 --
 -- KEYS[1] the lock key; ARGV[1] the holder (lease token). The value's
 -- format, holder ['.' fence] ['!'], is read by holder_of (common.lua, which
