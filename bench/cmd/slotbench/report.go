@@ -490,14 +490,12 @@ func writeVsRaw(b *strings.Builder, sl, raw row) {
 	scriptPerBatch := time.Duration(sl.Server.ScriptUsec) * time.Microsecond / time.Duration(sl.Batches)
 	rawExec := time.Duration(raw.Server.Usec) * time.Microsecond / time.Duration(raw.Batches)
 	p("slotlock against the raw pipeline at K = %s (%.2f× its batches/s):\n\n", commas(int64(sl.K)), sl.BatchesPerSec()/raw.BatchesPerSec())
-	switch {
-	case sl.K == 1:
-		p("- **Round trips.** slotlock made %s script calls per batch: a bare SET NX PX locks the key, a script releases it (an owner-checked delete is a script on Redis 7.0). ", perBatch(sl, sl.Server.ScriptCalls))
-	case sl.K <= batch.BareMax:
-		p("- **Round trips.** slotlock made %s script calls per batch: to lock, one bare SET NX PX per key (no script while the keys are free, up to %d keys), to release one script call per master holding keys (an owner-checked delete is a script on Redis 7.0), each set sent as one pipelined round trip to all masters at once. ", perBatch(sl, sl.Server.ScriptCalls), batch.BareMax)
-	default:
-		p("- **Round trips.** slotlock made %s script calls per batch: one per master holding some of the keys to lock, one to release, each set sent as one pipelined round trip to all masters at once. ", perBatch(sl, sl.Server.ScriptCalls))
+	lock := "one per master holding some of the keys"
+	if sl.K <= batch.BareMax {
+		lock = fmt.Sprintf("none while the keys are free (one bare SET NX PX per key, up to %d keys)", batch.BareMax)
 	}
+	p("- **Round trips.** slotlock made %s script calls per batch: to lock, %s; to release, one per master holding keys (an owner-checked delete is a script on Redis 7.0); each set sent as one pipelined round trip to all masters at once. ",
+		perBatch(sl, sl.Server.ScriptCalls), lock)
 	p("That is 2 round trips per batch, as for the raw pipeline (%s commands per batch, SET NX then DEL). The peers that take keys one by one make a round trip per key or per slot.\n", perBatch(raw, raw.Server.Calls))
 	p("- **Server time.** A slotlock script call took %s µs on its master, %s per batch summed over the masters; the raw pipeline's plain commands took %s per batch. ",
 		perCall(sl.Server.ScriptUsec, sl.Server.ScriptCalls), ms(scriptPerBatch), ms(rawExec))
