@@ -10,6 +10,7 @@ import (
 
 	"github.com/slotlock/slotlock"
 	"github.com/slotlock/slotlock/batch"
+	"github.com/slotlock/slotlock/internal/protocol"
 	"github.com/slotlock/slotlock/internal/topology"
 	"github.com/slotlock/slotlock/slot"
 )
@@ -31,12 +32,12 @@ func TestBareFirstAttempt(t *testing.T) {
 	names, err := slot.NewNamer(e.prefix)
 	require.NoError(t, err)
 	scripts := func() int64 { return e.scriptCalls(ctx) }
-	newSet := func(name string, n int) *batch.Set {
+	newSet := func(name string, n int) *protocol.Set {
 		keys := make([]string, n)
 		for i := range keys {
 			keys[i] = fmt.Sprintf("%s:%d", name, i)
 		}
-		return batch.NewSet(names, keys)
+		return protocol.NewSet(names, keys)
 	}
 	value := func(k string) (string, time.Duration) {
 		v, err := e.client.Do(ctx, e.client.B().Get().Key(k).Build()).ToString()
@@ -49,17 +50,17 @@ func TestBareFirstAttempt(t *testing.T) {
 		return v, time.Duration(pttl) * time.Millisecond
 	}
 	ttl := 20 * time.Second
-	me := batch.Who{Holder: "tok-me"}
-	first := func(m batch.Mode) batch.AcquireOptions { return batch.AcquireOptions{Mode: m, First: true} }
-	allHeld := func(set *batch.Set) []batch.KeyState {
-		st := make([]batch.KeyState, set.Len())
+	me := protocol.Who{Holder: "tok-me"}
+	first := func(m protocol.Mode) protocol.AttemptOptions { return protocol.AttemptOptions{Mode: m, First: true} }
+	allHeld := func(set *protocol.Set) []protocol.KeyState {
+		st := make([]protocol.KeyState, set.Len())
 		for i := range st {
-			st[i] = batch.Held
+			st[i] = protocol.Held
 		}
 		return st
 	}
-	release := func(eng *batch.Engine, set *batch.Set) []int {
-		lost, err := eng.Release(ctx, set, nil, me)
+	release := func(eng *batch.Engine, set *protocol.Set) []int {
+		lost, err := releaseOn(eng, ctx, set, nil, me)
 		require.NoError(t, err)
 		return lost
 	}
@@ -73,7 +74,7 @@ func TestBareFirstAttempt(t *testing.T) {
 	eng := freshEngine()
 	warm := newSet("warm", 12)
 	before := scripts()
-	a := eng.Acquire(ctx, warm, 0, me, ttl, first(batch.AllOrNothing))
+	a := eng.Attempt(ctx, warm, 0, &protocol.Request{Who: me, TTL: ttl}, first(protocol.AllOrNothing))
 	require.NoError(t, a.Err)
 	require.Equal(t, allHeld(warm), a.State)
 	require.Greater(t, scripts(), before, "the first acquisition of an engine runs the script")
@@ -82,7 +83,7 @@ func TestBareFirstAttempt(t *testing.T) {
 	// Free keys: taken by the bare commands alone.
 	free := newSet("free", 20)
 	before = scripts()
-	a = eng.Acquire(ctx, free, 0, me, ttl, first(batch.AllOrNothing))
+	a = eng.Attempt(ctx, free, 0, &protocol.Request{Who: me, TTL: ttl}, first(protocol.AllOrNothing))
 	require.NoError(t, a.Err)
 	require.Equal(t, allHeld(free), a.State)
 	require.Equal(t, before, scripts(), "free keys need no script")
@@ -97,7 +98,7 @@ func TestBareFirstAttempt(t *testing.T) {
 	// Not First (a retry, a waiter's next attempt): the script.
 	again := newSet("again", 6)
 	before = scripts()
-	a = eng.Acquire(ctx, again, 0, me, ttl, batch.AcquireOptions{Mode: batch.AllOrNothing})
+	a = eng.Attempt(ctx, again, 0, &protocol.Request{Who: me, TTL: ttl}, protocol.AttemptOptions{Mode: protocol.AllOrNothing})
 	require.NoError(t, a.Err)
 	require.Equal(t, allHeld(again), a.State)
 	require.Greater(t, scripts(), before)
@@ -105,18 +106,18 @@ func TestBareFirstAttempt(t *testing.T) {
 
 	// One key of the batch held by someone else, all or nothing.
 	for _, tc := range []struct {
-		mode   batch.Mode
+		mode   protocol.Mode
 		marked bool
-	}{{batch.AllOrNothing, false}, {batch.Prefix, true}} {
+	}{{protocol.AllOrNothing, false}, {protocol.Prefix, true}} {
 		eng := freshEngine()
-		require.NoError(t, eng.Acquire(ctx, newSet(fmt.Sprintf("prime%d", tc.mode), 1), 0, me, ttl, first(tc.mode)).Err)
+		require.NoError(t, eng.Attempt(ctx, newSet(fmt.Sprintf("prime%d", tc.mode), 1), 0, &protocol.Request{Who: me, TTL: ttl}, first(tc.mode)).Err)
 		set := newSet(fmt.Sprintf("held%d", tc.mode), 20)
 		mid := set.Len() / 2
 		require.NoError(t, e.client.Do(ctx, e.client.B().Set().Key(set.Lock[mid]).Value("tok-other").Px(7*time.Second).Build()).Error())
-		a := eng.Acquire(ctx, set, 0, me, ttl, first(tc.mode))
+		a := eng.Attempt(ctx, set, 0, &protocol.Request{Who: me, TTL: ttl}, first(tc.mode))
 		require.NoError(t, a.Err)
 		want := allHeld(set)
-		want[mid] = batch.NotHeld
+		want[mid] = protocol.NotHeld
 		require.Equal(t, want, a.State, "the keys the bare commands took are reported held")
 		require.Len(t, a.Conflicts, 1)
 		require.Equal(t, mid, a.Conflicts[0].Index)
@@ -148,7 +149,7 @@ func TestBareFirstAttempt(t *testing.T) {
 		// Right after a miss, first attempts go to the script.
 		next := newSet(fmt.Sprintf("next%d", tc.mode), 8)
 		before := scripts()
-		a = eng.Acquire(ctx, next, 0, me, ttl, first(tc.mode))
+		a = eng.Attempt(ctx, next, 0, &protocol.Request{Who: me, TTL: ttl}, first(tc.mode))
 		require.NoError(t, a.Err)
 		require.Equal(t, allHeld(next), a.State)
 		require.Greater(t, scripts(), before, "a miss sends the next first attempts to the script")
@@ -159,10 +160,10 @@ func TestBareFirstAttempt(t *testing.T) {
 	// landed although its reply was lost), with a short expiry: the bare
 	// SET finds it held, the script counts it as taken and renews it.
 	eng = freshEngine()
-	require.NoError(t, eng.Acquire(ctx, newSet("prime-own", 1), 0, me, ttl, first(batch.AllOrNothing)).Err)
+	require.NoError(t, eng.Attempt(ctx, newSet("prime-own", 1), 0, &protocol.Request{Who: me, TTL: ttl}, first(protocol.AllOrNothing)).Err)
 	own := newSet("own", 10)
 	require.NoError(t, e.client.Do(ctx, e.client.B().Set().Key(own.Lock[3]).Value(me.Holder).Px(2*time.Second).Build()).Error())
-	a = eng.Acquire(ctx, own, 0, me, ttl, first(batch.AllOrNothing))
+	a = eng.Attempt(ctx, own, 0, &protocol.Request{Who: me, TTL: ttl}, first(protocol.AllOrNothing))
 	require.NoError(t, a.Err)
 	require.Equal(t, allHeld(own), a.State)
 	require.Empty(t, a.Conflicts)
@@ -194,7 +195,7 @@ func TestBareAttemptTrimmedWhileWaiting(t *testing.T) {
 	require.NoError(t, prime.Release(ctx))
 
 	keys := keysN("trim", 24)
-	set := batch.NewSet(names, keys)
+	set := protocol.NewSet(names, keys)
 	mid := set.Len() / 2
 	held, err := other.Lock(ctx, set.Keys[mid].Name)
 	require.NoError(t, err)

@@ -4,54 +4,125 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
-	"github.com/slotlock/slotlock/batch"
+	"github.com/slotlock/slotlock/internal/protocol"
+	"github.com/slotlock/slotlock/internal/rediserr"
 )
 
+// Every error slotlock returns matches one of these with errors.Is, and its
+// message starts with "slotlock:". Where more is known (which keys, which
+// node), the error is also one of the types below, for errors.As.
 var (
-	// ErrNotAcquired reports that some keys are held by others. The error
-	// is a *ConflictError that names them and says for how long.
-	ErrNotAcquired = batch.ErrNotAcquired
-	// ErrNotHeld reports keys a lease no longer holds: they expired, were
+	// ErrNotAcquired: some keys are held by others. The error is a
+	// *ConflictError that names them and says for how long.
+	ErrNotAcquired = protocol.ErrNotAcquired
+	// ErrNotHeld: keys a lease no longer holds: they expired, were
 	// deleted by an operator, or were taken by someone else after expiry.
 	// The error is a *LostError naming them.
 	ErrNotHeld = errors.New("slotlock: lock not held")
 	// ErrLeaseLost is the cause a lease's context gets when any of its keys
 	// is found lost; errors.Is(err, ErrNotHeld) holds for it too.
 	ErrLeaseLost = fmt.Errorf("%w: lease lost", ErrNotHeld)
-	// ErrInvalid reports bad input: no keys, an empty key, too many keys, a
-	// bad TTL, a nil client. Nothing was sent to Redis.
+	// ErrInvalid: bad input or options (no keys, an empty key, too many
+	// keys, a bad TTL, a nil client, options that cannot work together).
+	// The message names the offender. Nothing was sent to Redis.
 	ErrInvalid = errors.New("slotlock: invalid argument")
-	// ErrUnsupported reports a feature the Locker's strategy cannot give:
-	// reentrancy, fencing tokens and guarded writes need scripts.
+	// ErrUnsupported: a feature the Locker's strategy cannot give
+	// (reentrancy, fencing tokens and guarded writes need scripts).
 	ErrUnsupported = errors.New("slotlock: not supported by this strategy")
-	// ErrClosed reports use of a Locker after Close.
+	// ErrClosed: use of a Locker after Close.
 	ErrClosed = errors.New("slotlock: locker closed")
-	// ErrRedis wraps an error reply or a transport error of one node; the
-	// message names the node.
-	ErrRedis = batch.ErrRedis
-	// ErrReplicas reports that fewer replicas than Options.MinReplicas
-	// acknowledged the lock writes in time. The error is a *ReplicaError.
-	ErrReplicas = batch.ErrReplicas
-	// ErrUnknownOutcome reports a call whose reply never came: the keys it
-	// carried were released owner-checked, or expire by their TTL.
-	ErrUnknownOutcome = batch.ErrUnknownOutcome
+	// ErrRedis: an error reply of one node (a *NodeError names it).
+	ErrRedis = rediserr.ErrRedis
+	// ErrUnknownOutcome: a call whose reply never came (a *NodeError names
+	// the node): the keys it carried were released owner-checked, or
+	// expire by their TTL.
+	ErrUnknownOutcome = rediserr.ErrUnknownOutcome
+	// ErrStaleTopology: a call reached a node that no longer serves its
+	// keys' slots and the retries did not settle it (a resharding or a
+	// failover in progress). Nothing of that call was written.
+	ErrStaleTopology = rediserr.ErrStaleTopology
+	// ErrReplicas: fewer replicas than Options.MinReplicas acknowledged
+	// the lock writes in time. The error is a *ReplicaError.
+	ErrReplicas = protocol.ErrReplicas
 )
 
 // ConflictError lists the keys that stopped an acquisition and how long
-// their holders' locks have left.
-type ConflictError = batch.ConflictError
+// their holders' locks have left. errors.Is(err, ErrNotAcquired) holds.
+type ConflictError struct {
+	Conflicts []KeyConflict
+}
 
-// KeyConflict is one entry of a ConflictError.
-type KeyConflict = batch.KeyConflict
+// KeyConflict is one key held by another lease.
+type KeyConflict struct {
+	Key string
+	// TTL is how long the other holder's lock has left, -1 if it has no
+	// expiry (set by hand: slotlock never writes a lock without one) or,
+	// for Local conflicts, if the holder is still acquiring.
+	TTL time.Duration
+	// Local is true when the holder is another lease of the same Locker,
+	// found in the in-process queue without asking Redis.
+	Local bool
+}
 
-// ReplicaError names the masters whose replicas fell short.
-type ReplicaError = batch.ReplicaError
+func (e *ConflictError) Error() string {
+	cs := make([]protocol.KeyConflict, len(e.Conflicts))
+	for i, c := range e.Conflicts {
+		cs[i] = protocol.KeyConflict(c)
+	}
+	return protocol.FormatConflicts(cs)
+}
 
-// NodeError is the failure of one call to one node; it names the node.
-type NodeError = batch.NodeError
+// Is makes errors.Is(err, ErrNotAcquired) true.
+func (e *ConflictError) Is(target error) bool { return target == ErrNotAcquired }
+
+// ReplicaError names the masters whose replicas did not acknowledge the
+// lock writes within Options.ReplicaTimeout. errors.Is(err, ErrReplicas)
+// holds.
+type ReplicaError struct {
+	Want       int // Options.MinReplicas
+	Shortfalls []ReplicaShortfall
+}
+
+// ReplicaShortfall is one master whose replicas fell short.
+type ReplicaShortfall struct {
+	Node  string // the master's address
+	Acked int    // how many replicas acknowledged
+}
+
+func (e *ReplicaError) Error() string {
+	ss := make([]protocol.ReplicaShortfall, len(e.Shortfalls))
+	for i, s := range e.Shortfalls {
+		ss[i] = protocol.ReplicaShortfall(s)
+	}
+	return protocol.FormatReplicas(e.Want, ss)
+}
+
+// Is makes errors.Is(err, ErrReplicas) true.
+func (e *ReplicaError) Is(target error) bool { return target == ErrReplicas }
+
+// NodeError is the failure of one operation's commands on one node.
+// errors.Is matches its Kind and its cause.
+type NodeError struct {
+	Node string // address of the master the commands were meant for
+	Op   string // acquire, set, release, extend, guard or wait
+	Keys int    // how many keys the failed commands carried
+	// Kind is ErrRedis (an error reply), ErrUnknownOutcome (no reply) or
+	// ErrStaleTopology (the node no longer serves the keys' slots).
+	Kind error
+	Err  error // the client's error
+}
+
+func (e *NodeError) Error() string {
+	return (&protocol.NodeError{Node: e.Node, Op: e.Op, Keys: e.Keys, Err: e.Err}).Error()
+}
+
+// Unwrap lets errors.Is match both the kind and the cause.
+func (e *NodeError) Unwrap() []error { return []error{e.Kind, e.Err} }
 
 // LostError names the keys a lease found it no longer holds.
+// errors.Is(err, ErrNotHeld) and errors.Is(err, ErrLeaseLost) hold.
 type LostError struct {
 	Keys []string
 }
@@ -71,3 +142,36 @@ func (e *LostError) Error() string {
 
 // Is makes errors.Is(err, ErrNotHeld) and errors.Is(err, ErrLeaseLost) true.
 func (e *LostError) Is(target error) bool { return target == ErrNotHeld || target == ErrLeaseLost }
+
+// public rebuilds an error of the internal packages around the public
+// types above: the one place where internal errors cross into the API.
+func public(err error) error {
+	switch e := err.(type) {
+	case nil:
+		return nil
+	case *protocol.NodeError:
+		return &NodeError{Node: e.Node, Op: e.Op, Keys: e.Keys, Kind: e.Kind, Err: e.Err}
+	case *protocol.ConflictError:
+		out := &ConflictError{Conflicts: make([]KeyConflict, len(e.Conflicts))}
+		for i, c := range e.Conflicts {
+			out.Conflicts[i] = KeyConflict(c)
+		}
+		return out
+	case *protocol.ReplicaError:
+		out := &ReplicaError{Want: e.Want, Shortfalls: make([]ReplicaShortfall, len(e.Shortfalls))}
+		for i, s := range e.Shortfalls {
+			out.Shortfalls[i] = ReplicaShortfall(s)
+		}
+		return out
+	case *protocol.Wrapped:
+		return fmt.Errorf("slotlock: %s: %w", e.Msg, public(e.Err))
+	case interface{ Unwrap() []error }:
+		errs := e.Unwrap()
+		out := make([]error, len(errs))
+		for i, x := range errs {
+			out[i] = public(x)
+		}
+		return errors.Join(out...)
+	}
+	return err
+}

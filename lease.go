@@ -11,6 +11,7 @@ import (
 
 	"github.com/slotlock/slotlock/batch"
 	"github.com/slotlock/slotlock/internal/localq"
+	"github.com/slotlock/slotlock/internal/protocol"
 	"github.com/slotlock/slotlock/slot"
 )
 
@@ -23,9 +24,9 @@ var ErrReleased = errors.New("slotlock: lease released")
 // work a context that is cancelled at that moment.
 type Lease struct {
 	l      *Locker
-	set    *batch.Set
+	set    *protocol.Set
 	token  string
-	who    batch.Who
+	who    protocol.Who
 	holder *localq.Holder
 	renew  bool
 	eng    engine // the strategy that took the keys releases them
@@ -46,25 +47,25 @@ type Lease struct {
 	onEnd     map[*struct{}]func(error)
 }
 
-func newLease(l *Locker, set *batch.Set, token string, ctx context.Context) *Lease {
+func newLease(l *Locker, set *protocol.Set, token string, ctx context.Context) *Lease {
 	le := &Lease{
 		l:      l,
 		set:    set,
 		token:  token,
-		who:    batch.Who{Holder: token},
+		who:    protocol.Who{Holder: token},
 		holder: &localq.Holder{},
 		renew:  l.opt.Renew == RenewAlways,
 		done:   make(chan struct{}),
 	}
 	if id, ok := OwnerFrom(ctx); ok {
 		owner := l.ownerToken(id)
-		le.who = batch.Who{Holder: owner, Lease: token}
+		le.who = protocol.Who{Holder: owner, Lease: token}
 		le.holder.Owner = owner
 	}
 	return le
 }
 
-func (le *Lease) granted(g batch.Grant) {
+func (le *Lease) granted(g protocol.Grant) {
 	le.mu.Lock()
 	defer le.mu.Unlock()
 	le.deadline = g.Deadline
@@ -277,7 +278,8 @@ func (le *Lease) Release(ctx context.Context) error {
 	if released {
 		return nil
 	}
-	lost, err := le.eng.Release(ctx, le.set, nil, le.who)
+	r := le.eng.Release(ctx, le.set, nil, le.who)
+	lost, err := r.Lost, public(r.Err)
 	if err != nil && ctx.Err() != nil {
 		// Not done: the caller may call again with time to spare. The
 		// keys must expire by their TTL in any case, so the watchdog
@@ -313,9 +315,9 @@ func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("%w: %w", ErrNotHeld, err)
 	}
 	t0 := time.Now()
-	r := le.eng.ExtendMany(ctx, []batch.ExtendJob{{Set: le.set, Who: le.who, TTL: ttl,
+	r := le.eng.ExtendMany(ctx, []protocol.ExtendJob{{Set: le.set, Who: le.who, TTL: ttl,
 		MinReplicas: le.l.opt.MinReplicas, ReplicaTimeout: le.l.opt.ReplicaTimeout}})
-	lost, err := r[0].Lost, r[0].Err
+	lost, err := r[0].Lost, public(r[0].Err)
 	if len(lost) == 0 && err != nil {
 		// Not extended everywhere, or not acknowledged by the replicas:
 		// the deadline stays where it was.
@@ -368,7 +370,7 @@ func (le *Lease) Guard(ctx context.Context, keys []string, cmd ...string) (rueid
 	}
 	msg, lost, err := lua.Guard(ctx, le.set, idx, le.who, keys, cmd)
 	if err != nil {
-		return rueidis.RedisMessage{}, fmt.Errorf("slotlock: guard: %w", err)
+		return rueidis.RedisMessage{}, withPrefix("guard", public(err))
 	}
 	if len(lost) > 0 {
 		le.lose(lost)

@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 
 	"github.com/redis/rueidis"
 
 	"github.com/slotlock/slotlock/batch"
 	"github.com/slotlock/slotlock/internal/localq"
+	"github.com/slotlock/slotlock/internal/protocol"
 	"github.com/slotlock/slotlock/internal/topology"
 	"github.com/slotlock/slotlock/pipeline"
 	"github.com/slotlock/slotlock/slot"
@@ -33,12 +35,10 @@ type Locker struct {
 	// StrategyPipeline (Auto starts as Lua).
 	strategy atomic.Uint32
 	log      *slog.Logger
-	waker    *batch.Waker
 	local    *localq.Table // nil with Options.NoLocalQueue
 	dog      *watchdog
 	secret   [32]byte // keys owner tokens (WithOwner)
 	closed   atomic.Bool
-	cleanup  batch.Cleanup
 
 	// afterFailure, set only by tests, sees the token of every attempt
 	// that returned an error, so a test can prove the attempt left nothing.
@@ -57,15 +57,13 @@ func New(client rueidis.Client, opt Options) (*Locker, error) {
 	}
 	topo := topology.New(client)
 	l := &Locker{
-		client:  client,
-		opt:     opt,
-		names:   names,
-		topo:    topo,
-		lua:     batch.New(client, topo, batch.Options{PerSlot: opt.PerSlot}),
-		pipe:    pipeline.New(client, topo),
-		waker:   batch.NewWaker(client),
-		cleanup: batch.Cleanup{Timeout: opt.CleanupTimeout},
-		log:     opt.Logger,
+		client: client,
+		opt:    opt,
+		names:  names,
+		topo:   topo,
+		lua:    batch.New(client, topo, batch.Options{PerSlot: opt.PerSlot}),
+		pipe:   pipeline.New(client, topo),
+		log:    opt.Logger,
 	}
 	if l.log == nil {
 		l.log = slog.Default()
@@ -93,7 +91,6 @@ func (l *Locker) Close() error {
 		return nil
 	}
 	l.dog.close()
-	l.waker.Close()
 	l.lua.Close()
 	return nil
 }
@@ -158,7 +155,7 @@ func (l *Locker) validate(ctx context.Context, keys []string) error {
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return context.Cause(ctx)
+		return withPrefix("lock", context.Cause(ctx))
 	}
 	return nil
 }
@@ -171,7 +168,7 @@ func (l *Locker) acquire(ctx context.Context, keys []string, wait bool) (*Lease,
 	if err != nil {
 		return nil, err
 	}
-	le := newLease(l, batch.NewSet(l.names, keys), token, ctx)
+	le := newLease(l, protocol.NewSet(l.names, keys), token, ctx)
 	if l.local != nil {
 		// The in-process table is keyed by lock key: one per user key
 		// under this Locker's prefix, and already named by the Set.
@@ -183,16 +180,16 @@ func (l *Locker) acquire(ctx context.Context, keys []string, wait bool) (*Lease,
 			return nil, localConflict(le.set, cs)
 		}
 	}
-	req := batch.Request{
+	req := &protocol.Request{
 		Who:            le.who,
 		TTL:            l.opt.TTL,
 		Fencing:        l.opt.Fencing,
 		MinReplicas:    l.opt.MinReplicas,
 		ReplicaTimeout: l.opt.ReplicaTimeout,
 		WarnOnReplicas: l.opt.WarnOnReplicas,
-		Cleanup:        l.cleanup,
+		CleanupTimeout: l.opt.CleanupTimeout,
 	}
-	var g batch.Grant
+	var g protocol.Grant
 	for {
 		var s Strategy
 		le.eng, s = l.current()
@@ -202,9 +199,9 @@ func (l *Locker) acquire(ctx context.Context, keys []string, wait bool) (*Lease,
 			}
 		}
 		if wait {
-			g, err = le.eng.Lock(ctx, le.set, req, l.waker)
+			g, err = protocol.Lock(ctx, le.eng, le.set, req)
 		} else {
-			g, err = le.eng.TryLock(ctx, le.set, req)
+			g, err = protocol.TryLock(ctx, le.eng, le.set, req)
 		}
 		if err != nil && s == StrategyLua && scriptsDenied(err) && l.fallBack(err) {
 			continue // the refused scripts wrote nothing
@@ -215,6 +212,7 @@ func (l *Locker) acquire(ctx context.Context, keys []string, wait bool) (*Lease,
 		if l.local != nil {
 			l.local.Release(le.set.Lock, le.holder)
 		}
+		err = withPrefix("lock", public(err))
 		if l.afterFailure != nil {
 			l.afterFailure(token, err)
 		}
@@ -225,7 +223,17 @@ func (l *Locker) acquire(ctx context.Context, keys []string, wait bool) (*Lease,
 	return le, nil
 }
 
-func localConflict(set *batch.Set, cs []localq.Conflict) error {
+// withPrefix makes err's message start with "slotlock:", naming op, unless
+// it already does (a context's cause, or an error of package slot, do
+// not).
+func withPrefix(op string, err error) error {
+	if err == nil || strings.HasPrefix(err.Error(), "slotlock:") {
+		return err
+	}
+	return fmt.Errorf("slotlock: %s: %w", op, err)
+}
+
+func localConflict(set *protocol.Set, cs []localq.Conflict) error {
 	out := &ConflictError{Conflicts: make([]KeyConflict, len(cs))}
 	for i, c := range cs {
 		out.Conflicts[i] = KeyConflict{Key: set.Keys[c.Index].Name, TTL: c.TTL, Local: true}

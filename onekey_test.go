@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/slotlock/slotlock/batch"
+	"github.com/slotlock/slotlock/internal/protocol"
 	"github.com/slotlock/slotlock/internal/topology"
 	"github.com/slotlock/slotlock/slot"
 )
@@ -17,12 +18,12 @@ import (
 // oneKeyRig returns the test's env and context, an engine of its own over
 // the env's client, and a function that makes the Set of one key (or of
 // several) under the env's prefix.
-func oneKeyRig(t *testing.T) (*env, context.Context, *batch.Engine, func(keys ...string) *batch.Set) {
+func oneKeyRig(t *testing.T) (*env, context.Context, *batch.Engine, func(keys ...string) *protocol.Set) {
 	e := newEnv(t)
 	names, err := slot.NewNamer(e.prefix)
 	require.NoError(t, err)
 	eng := batch.New(e.client, topology.New(e.client), batch.Options{})
-	return e, ctxT(t, 30*time.Second), eng, func(keys ...string) *batch.Set { return batch.NewSet(names, keys) }
+	return e, ctxT(t, 30*time.Second), eng, func(keys ...string) *protocol.Set { return protocol.NewSet(names, keys) }
 }
 
 // TestOneKeyFallsBackToTheScript covers what the bare SET NX of a one-key
@@ -36,8 +37,8 @@ func TestOneKeyFallsBackToTheScript(t *testing.T) {
 	t.Parallel()
 	e, ctx, eng, one := oneKeyRig(t)
 	ttl := 20 * time.Second
-	opt := batch.AcquireOptions{Mode: batch.AllOrNothing}
-	me := batch.Who{Holder: "tok-me"}
+	opt := protocol.AttemptOptions{Mode: protocol.AllOrNothing}
+	me := protocol.Who{Holder: "tok-me"}
 	get := func(k string) (string, time.Duration) {
 		v, err := e.client.Do(ctx, e.client.B().Get().Key(k).Build()).ToString()
 		require.NoError(t, err, k)
@@ -50,9 +51,9 @@ func TestOneKeyFallsBackToTheScript(t *testing.T) {
 	// the bare SET. Both must take a free key the same way.
 	for _, key := range []string{"free:first", "free:second"} {
 		set := one(key)
-		a := eng.Acquire(ctx, set, 0, me, ttl, opt)
+		a := eng.Attempt(ctx, set, 0, &protocol.Request{Who: me, TTL: ttl}, opt)
 		require.NoError(t, a.Err)
-		require.Equal(t, []batch.KeyState{batch.Held}, a.State, key)
+		require.Equal(t, []protocol.KeyState{protocol.Held}, a.State, key)
 		v, left := get(set.Lock[0])
 		require.Equal(t, me.Holder, v, key)
 		require.Greater(t, left, ttl-5*time.Second, key)
@@ -63,9 +64,9 @@ func TestOneKeyFallsBackToTheScript(t *testing.T) {
 	// value unchanged, expiry moved up to the TTL.
 	mine := one("mine")
 	require.NoError(t, e.client.Do(ctx, e.client.B().Set().Key(mine.Lock[0]).Value(me.Holder).Px(2*time.Second).Build()).Error())
-	a := eng.Acquire(ctx, mine, 0, me, ttl, opt)
+	a := eng.Attempt(ctx, mine, 0, &protocol.Request{Who: me, TTL: ttl}, opt)
 	require.NoError(t, a.Err)
-	require.Equal(t, []batch.KeyState{batch.Held}, a.State)
+	require.Equal(t, []protocol.KeyState{protocol.Held}, a.State)
 	v, left := get(mine.Lock[0])
 	require.Equal(t, me.Holder, v)
 	require.Greater(t, left, 10*time.Second, "the retry renewed the key to the TTL")
@@ -74,9 +75,9 @@ func TestOneKeyFallsBackToTheScript(t *testing.T) {
 	// and the key keeps its holder and expiry.
 	theirs := one("theirs")
 	require.NoError(t, e.client.Do(ctx, e.client.B().Set().Key(theirs.Lock[0]).Value("tok-other").Px(7*time.Second).Build()).Error())
-	a = eng.Acquire(ctx, theirs, 0, me, ttl, opt)
+	a = eng.Attempt(ctx, theirs, 0, &protocol.Request{Who: me, TTL: ttl}, opt)
 	require.NoError(t, a.Err)
-	require.Equal(t, []batch.KeyState{batch.NotHeld}, a.State)
+	require.Equal(t, []protocol.KeyState{protocol.NotHeld}, a.State)
 	require.Len(t, a.Conflicts, 1)
 	require.Equal(t, 0, a.Conflicts[0].Index)
 	require.Greater(t, a.Conflicts[0].TTL, 5*time.Second)
@@ -88,15 +89,15 @@ func TestOneKeyFallsBackToTheScript(t *testing.T) {
 	// Not a string at all: the script's error, and nothing written.
 	odd := one("odd")
 	require.NoError(t, e.client.Do(ctx, e.client.B().Hset().Key(odd.Lock[0]).FieldValue().FieldValue("f", "v").Build()).Error())
-	a = eng.Acquire(ctx, odd, 0, me, ttl, opt)
+	a = eng.Attempt(ctx, odd, 0, &protocol.Request{Who: me, TTL: ttl}, opt)
 	require.Error(t, a.Err)
-	require.Equal(t, []batch.KeyState{batch.NotHeld}, a.State)
+	require.Equal(t, []protocol.KeyState{protocol.NotHeld}, a.State)
 	typ, err := e.client.Do(ctx, e.client.B().Type().Key(odd.Lock[0]).Build()).ToString()
 	require.NoError(t, err)
 	require.Equal(t, "hash", typ)
 
 	for _, k := range []string{"free:first", "free:second", "mine"} {
-		lost, err := eng.Release(ctx, one(k), nil, me)
+		lost, err := releaseOn(eng, ctx, one(k), nil, me)
 		require.NoError(t, err)
 		require.Empty(t, lost)
 	}
@@ -113,11 +114,11 @@ func TestOneKeyFallsBackToTheScript(t *testing.T) {
 func TestOneKeyRelease(t *testing.T) {
 	t.Parallel()
 	e, ctx, eng, one := oneKeyRig(t)
-	me := batch.Who{Holder: "tok-me"}
-	put := func(set *batch.Set, i int, v string) {
+	me := protocol.Who{Holder: "tok-me"}
+	put := func(set *protocol.Set, i int, v string) {
 		require.NoError(t, e.client.Do(ctx, e.client.B().Set().Key(set.Lock[i]).Value(v).Px(20*time.Second).Build()).Error())
 	}
-	value := func(set *batch.Set, i int) string {
+	value := func(set *protocol.Set, i int) string {
 		v, err := e.client.Do(ctx, e.client.B().Get().Key(set.Lock[i]).Build()).ToString()
 		if rueidis.IsRedisNil(err) {
 			return ""
@@ -129,7 +130,7 @@ func TestOneKeyRelease(t *testing.T) {
 	for _, v := range []string{"tok-me", "tok-me.42", "tok-me.42!"} {
 		set := one("mine:" + v)
 		put(set, 0, v)
-		lost, err := eng.Release(ctx, set, nil, me)
+		lost, err := releaseOn(eng, ctx, set, nil, me)
 		require.NoError(t, err, v)
 		require.Empty(t, lost, v)
 		require.Empty(t, value(set, 0), "%s released", v)
@@ -140,7 +141,7 @@ func TestOneKeyRelease(t *testing.T) {
 		if v != "" {
 			put(set, 0, v)
 		}
-		lost, err := eng.Release(ctx, set, nil, me)
+		lost, err := releaseOn(eng, ctx, set, nil, me)
 		require.NoError(t, err, v)
 		require.Equal(t, []int{0}, lost, "%q is not the lease's", v)
 		require.Equal(t, v, value(set, 0), "%q left alone", v)
@@ -163,7 +164,7 @@ func TestOneKeyRelease(t *testing.T) {
 		})
 	}()
 	<-subscribed
-	lost, err := eng.Release(ctx, marked, nil, me)
+	lost, err := releaseOn(eng, ctx, marked, nil, me)
 	require.NoError(t, err)
 	require.Empty(t, lost)
 	require.Empty(t, value(marked, 0))
@@ -179,11 +180,11 @@ func TestOneKeyRelease(t *testing.T) {
 	for i := range 3 {
 		put(three, i, me.Holder)
 	}
-	lost, err = eng.Release(ctx, three, []int{1}, me)
+	lost, err = releaseOn(eng, ctx, three, []int{1}, me)
 	require.NoError(t, err)
 	require.Empty(t, lost)
 	require.Equal(t, []string{me.Holder, "", me.Holder}, []string{value(three, 0), value(three, 1), value(three, 2)})
-	lost, err = eng.Release(ctx, three, nil, me)
+	lost, err = releaseOn(eng, ctx, three, nil, me)
 	require.NoError(t, err)
 	require.Equal(t, []int{1}, lost, "the key released before is reported")
 }
@@ -197,29 +198,35 @@ func TestHeldKeyKeepsTheBareSet(t *testing.T) {
 	// Not parallel: it counts script calls on the masters.
 	e, ctx, eng, one := oneKeyRig(t)
 	scripts := func() int64 { return e.scriptCalls(ctx) }
-	me := batch.Who{Holder: "tok-me"}
-	opt := batch.AcquireOptions{Mode: batch.AllOrNothing}
+	me := protocol.Who{Holder: "tok-me"}
+	opt := protocol.AttemptOptions{Mode: protocol.AllOrNothing}
 	ttl := 20 * time.Second
 
 	// The first acquisition of an engine runs the script.
 	prime := one("{node}prime")
-	require.NoError(t, eng.Acquire(ctx, prime, 0, me, ttl, opt).Err)
+	require.NoError(t, eng.Attempt(ctx, prime, 0, &protocol.Request{Who: me, TTL: ttl}, opt).Err)
 
 	held := one("{node}held") // same slot, so the same master, as the next key
 	require.NoError(t, e.client.Do(ctx, e.client.B().Set().Key(held.Lock[0]).Value("tok-other").Px(20*time.Second).Build()).Error())
-	a := eng.Acquire(ctx, held, 0, me, ttl, opt)
+	a := eng.Attempt(ctx, held, 0, &protocol.Request{Who: me, TTL: ttl}, opt)
 	require.NoError(t, a.Err)
 	require.Len(t, a.Conflicts, 1)
 
 	free := one("{node}free")
 	before := scripts()
-	a = eng.Acquire(ctx, free, 0, me, ttl, opt)
+	a = eng.Attempt(ctx, free, 0, &protocol.Request{Who: me, TTL: ttl}, opt)
 	require.NoError(t, a.Err)
-	require.Equal(t, []batch.KeyState{batch.Held}, a.State)
+	require.Equal(t, []protocol.KeyState{protocol.Held}, a.State)
 	require.Equal(t, before, scripts(), "the bare SET took the free key: its node is not troubled")
-	for _, s := range []*batch.Set{prime, free} {
-		lost, err := eng.Release(ctx, s, nil, me)
+	for _, s := range []*protocol.Set{prime, free} {
+		lost, err := releaseOn(eng, ctx, s, nil, me)
 		require.NoError(t, err)
 		require.Empty(t, lost)
 	}
+}
+
+// releaseOn is Engine.Release with its result as (lost, err).
+func releaseOn(eng *batch.Engine, ctx context.Context, set *protocol.Set, idx []int, who protocol.Who) ([]int, error) {
+	r := eng.Release(ctx, set, idx, who)
+	return r.Lost, r.Err
 }

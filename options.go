@@ -22,13 +22,12 @@ const (
 type Renew uint8
 
 const (
-	// RenewDefault renews when Options.TTL is left zero (the lease then
-	// lives until released, as a lock without a lease time does), and not
-	// when a TTL is given (the lease then ends at its TTL at the latest).
-	RenewDefault Renew = iota
-	// RenewAlways renews every lease every TTL/3 until it is released.
-	RenewAlways
-	// RenewNever never renews: a lease lives for its TTL unless extended.
+	// RenewAlways, the default, renews every lease every TTL/3 until it is
+	// released or lost, whatever the TTL: the TTL is how long keys outlive
+	// a holder that crashed, not a limit on the work.
+	RenewAlways Renew = iota
+	// RenewNever never renews: a lease lives for its TTL unless extended
+	// (Lease.Extend), and then ends as lost.
 	RenewNever
 )
 
@@ -39,11 +38,13 @@ type Options struct {
 	// (PX), counted from each grant or renewal. Zero means DefaultTTL. It
 	// must be at least MinTTL; whole milliseconds are used.
 	TTL time.Duration
-	// Renew selects whether the watchdog renews leases every TTL/3.
+	// Renew selects whether the watchdog renews leases every TTL/3: by
+	// default it does, until each lease is released.
 	Renew Renew
 	// Fencing gives every grant a fencing token per key (Lease.FencingToken),
 	// strictly increasing across grants of that key. It costs one counter
-	// increment per slot of the batch.
+	// increment per slot of the batch, and needs scripts (not with
+	// StrategyPipeline).
 	Fencing bool
 	// MinReplicas, when above zero, makes every acquisition wait until that
 	// many replicas of each master involved acknowledged the lock writes
@@ -54,6 +55,8 @@ type Options struct {
 	// narrows and what it cannot close.
 	MinReplicas    int
 	ReplicaTimeout time.Duration
+	// WarnOnReplicas keeps a grant whose replicas fell short and reports
+	// it in Lease.Warning instead of failing; it needs MinReplicas.
 	WarnOnReplicas bool
 	// Prefix namespaces every key slotlock writes ("" means "slotlock").
 	// It may not contain braces: lock keys carry a hash tag of their own.
@@ -83,12 +86,6 @@ type Options struct {
 }
 
 func (o Options) withDefaults() (Options, slot.Namer, error) {
-	if o.Renew == RenewDefault {
-		o.Renew = RenewNever
-		if o.TTL == 0 {
-			o.Renew = RenewAlways
-		}
-	}
 	if o.TTL == 0 {
 		o.TTL = DefaultTTL
 	}
@@ -118,6 +115,14 @@ func (o Options) withDefaults() (Options, slot.Namer, error) {
 	case o.ReplicaTimeout < time.Millisecond:
 		// WAIT with a timeout of 0 blocks forever.
 		return o, slot.Namer{}, fmt.Errorf("%w: ReplicaTimeout %v is below 1ms", ErrInvalid, o.ReplicaTimeout)
+	// Combinations that could never work: refused here rather than at
+	// every Lock.
+	case o.Strategy == StrategyPipeline && o.Fencing:
+		return o, slot.Namer{}, fmt.Errorf("%w: Fencing needs scripts, which Strategy %v never uses", ErrInvalid, o.Strategy)
+	case o.Strategy == StrategyPipeline && o.PerSlot:
+		return o, slot.Namer{}, fmt.Errorf("%w: PerSlot chooses how scripts are sent, and Strategy %v sends none", ErrInvalid, o.Strategy)
+	case o.WarnOnReplicas && o.MinReplicas == 0:
+		return o, slot.Namer{}, fmt.Errorf("%w: WarnOnReplicas without MinReplicas (no replica is ever waited for)", ErrInvalid)
 	}
 	names, err := slot.NewNamer(o.Prefix)
 	if err != nil {

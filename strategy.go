@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
-	"time"
 
-	"github.com/slotlock/slotlock/batch"
+	"github.com/slotlock/slotlock/internal/protocol"
+	"github.com/slotlock/slotlock/internal/rediserr"
 )
 
 // Strategy selects how a Locker writes lock keys.
@@ -40,27 +39,20 @@ func (s Strategy) String() string {
 	return "unknown"
 }
 
-// engine is what a strategy offers the Locker; batch.Engine (Lua) and
-// pipeline.Engine implement it over the same Sets, Requests and Grants.
+// engine is what a strategy offers the Locker: the protocol's Strategy
+// (attempt, release, extend, wait) and the watchdog's batched renewal.
+// batch.Engine (Lua) and pipeline.Engine implement it.
 type engine interface {
-	TryLock(ctx context.Context, set *batch.Set, r batch.Request) (batch.Grant, error)
-	Lock(ctx context.Context, set *batch.Set, r batch.Request, w *batch.Waker) (batch.Grant, error)
-	Release(ctx context.Context, set *batch.Set, idx []int, who batch.Who) ([]int, error)
-	Extend(ctx context.Context, set *batch.Set, who batch.Who, ttl time.Duration) ([]int, error)
-	ExtendMany(ctx context.Context, jobs []batch.ExtendJob) []batch.OwnerResult
+	protocol.Strategy
+	ExtendMany(ctx context.Context, jobs []protocol.ExtendJob) []protocol.OwnerResult
 }
 
-// scriptsDenied reports whether err says the server refuses to run scripts
-// at all: an ACL without @scripting (NOPERM), or a server or proxy that does
-// not know EVAL/EVALSHA. A refused script wrote nothing.
+// scriptsDenied reports whether err holds an error reply saying the server
+// refuses to run scripts at all (rediserr.ScriptsDenied). A refused script
+// wrote nothing.
 func scriptsDenied(err error) bool {
-	var ne *batch.NodeError
-	if !errors.As(err, &ne) || !errors.Is(ne.Kind, batch.ErrRedis) {
-		return false
-	}
-	msg := ne.Err.Error()
-	return strings.HasPrefix(msg, "NOPERM") ||
-		strings.Contains(msg, "unknown command") && strings.Contains(strings.ToLower(msg), "eval")
+	var ne *protocol.NodeError
+	return errors.As(err, &ne) && ne.Kind == rediserr.ErrRedis && rediserr.ScriptsDenied(ne.Err)
 }
 
 // current returns the engine new leases use.
@@ -90,7 +82,7 @@ func (l *Locker) Strategy() Strategy {
 }
 
 // pipelineSupports says whether the pipeline strategy can serve r.
-func pipelineSupports(r batch.Request) error {
+func pipelineSupports(r *protocol.Request) error {
 	switch {
 	case r.Who.Lease != "":
 		return fmt.Errorf("%w: reentrant locking (WithOwner) needs scripts; strategy %v", ErrUnsupported, StrategyPipeline)

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/slotlock/slotlock/batch"
+	"github.com/slotlock/slotlock/internal/protocol"
 )
 
 // watchdog is the one renewal loop of a Locker. Every period it extends all
@@ -135,9 +135,9 @@ func (w *watchdog) tick() (failed bool) {
 
 // renewBatch extends leases of one engine in one round trip per node.
 func (w *watchdog) renewBatch(eng engine, renew []*Lease) (failed bool) {
-	jobs := make([]batch.ExtendJob, len(renew))
+	jobs := make([]protocol.ExtendJob, len(renew))
 	for i, le := range renew {
-		jobs[i] = batch.ExtendJob{Set: le.set, Who: le.who, TTL: w.l.opt.TTL,
+		jobs[i] = protocol.ExtendJob{Set: le.set, Who: le.who, TTL: w.l.opt.TTL,
 			MinReplicas: w.l.opt.MinReplicas, ReplicaTimeout: w.l.opt.ReplicaTimeout}
 	}
 	// Bounded by the period: a renewal that takes longer than that is

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/slotlock/slotlock/internal/rediserr"
 )
 
 // waitAfter asks exec to follow each node's calls with
@@ -233,7 +235,7 @@ func (e *Engine) runNode(ctx context.Context, ri int, run nodeRun, calls []call,
 	}
 	var again []int
 	for k, x := range r.res {
-		if re, ok := rueidis.IsRedisErr(x.Error()); ok && re.IsNoScript() {
+		if rediserr.IsNoScript(x.Error()) {
 			again = append(again, k)
 		}
 	}

@@ -2,12 +2,13 @@ package batch
 
 import (
 	"context"
-
 	"strconv"
 	"strings"
 
 	"github.com/redis/rueidis"
 
+	"github.com/slotlock/slotlock/internal/protocol"
+	"github.com/slotlock/slotlock/internal/rediserr"
 	"github.com/slotlock/slotlock/slot"
 )
 
@@ -19,7 +20,7 @@ const lostPrefix = "SLOTLOCK_LOST"
 // command run in one script. It returns the command's reply, or the set
 // indexes of the lock keys no longer held (and then the command did not
 // run).
-func (e *Engine) Guard(ctx context.Context, set *Set, idx []int, who Who, userKeys []string, cmd []string) (rueidis.RedisMessage, []int, error) {
+func (e *Engine) Guard(ctx context.Context, set *protocol.Set, idx []int, who protocol.Who, userKeys []string, cmd []string) (rueidis.RedisMessage, []int, error) {
 	keys := make([]string, 0, len(idx)+len(userKeys))
 	for _, i := range idx {
 		keys = append(keys, set.Lock[i])
@@ -28,7 +29,7 @@ func (e *Engine) Guard(ctx context.Context, set *Set, idx []int, who Who, userKe
 	if who.Lease != "" {
 		// Declared for Redis's migration rules: the script reads them.
 		for _, i := range idx {
-			keys = append(keys, set.holdKey(i))
+			keys = append(keys, set.HoldKey(i))
 		}
 	}
 	args := make([]string, 0, 3+len(cmd))
@@ -37,7 +38,7 @@ func (e *Engine) Guard(ctx context.Context, set *Set, idx []int, who Who, userKe
 	s := guardScript
 	b := e.client.B()
 	res := e.client.Do(ctx, b.Evalsha().Sha1(s.slotSHA).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
-	if re, ok := rueidis.IsRedisErr(res.Error()); ok && re.IsNoScript() {
+	if rediserr.IsNoScript(res.Error()) {
 		res = e.client.Do(ctx, b.Eval().Script(s.slotText).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 	}
 	msg, err := res.ToMessage()
@@ -59,26 +60,5 @@ func (e *Engine) Guard(ctx context.Context, set *Set, idx []int, who Who, userKe
 		}
 	}
 	node := "slot " + strconv.Itoa(int(slot.KeySlot(userKeys[0])))
-	return rueidis.RedisMessage{}, nil, &NodeError{Node: node, Script: s.name, Keys: len(keys), Kind: kindOf(err), Err: err}
-}
-
-func kindOf(err error) error {
-	if _, ok := rueidis.IsRedisErr(err); ok {
-		return ErrRedis
-	}
-	return ErrUnknownOutcome
-}
-
-// SlotIndexes returns the indexes of set's keys in slot s (keys are in
-// canonical order, so they are adjacent).
-func (s *Set) SlotIndexes(sl uint16) []int {
-	var out []int
-	for i, k := range s.Keys {
-		if k.Slot == sl {
-			out = append(out, i)
-		} else if k.Slot > sl {
-			break
-		}
-	}
-	return out
+	return rueidis.RedisMessage{}, nil, protocol.NewNodeError(node, s.name, len(keys), err)
 }

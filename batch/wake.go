@@ -3,15 +3,18 @@ package batch
 import (
 	"context"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/slotlock/slotlock/internal/lockval"
+	"github.com/slotlock/slotlock/internal/protocol"
+	"github.com/slotlock/slotlock/internal/rediserr"
 )
 
-// Waker lets a waiter sleep until the lock key it needs is released, without
+// waker lets a waiter sleep until the lock key it needs is released, without
 // polling Redis. The acquire script marks the conflicting key ("!"); the
 // release script publishes on the sharded channel named like a marked key
 // (SPUBLISH lands in the key's own slot, on the node that holds it). The
@@ -20,7 +23,7 @@ import (
 // publishes nothing, a failover that drops subscriptions), so every wait is
 // also bounded by a timer: the holder's remaining TTL, or a jittered backoff,
 // whichever is shorter.
-type Waker struct {
+type waker struct {
 	client rueidis.Client
 	// noPubSub is set after the server refused SSUBSCRIBE (ACL, proxy):
 	// from then on waits use the timer alone.
@@ -41,17 +44,16 @@ type channel struct {
 	closing chan struct{}
 }
 
-// NewWaker returns a Waker for client.
-func NewWaker(client rueidis.Client) *Waker {
-	return &Waker{client: client, subs: make(map[string]*channel)}
+func newWaker(client rueidis.Client) *waker {
+	return &waker{client: client, subs: make(map[string]*channel)}
 }
 
 // closeTimeout bounds Close: an unsubscribe waits for its Receive to end,
 // and rueidis may sit on a redial of a paused node for seconds.
 const closeTimeout = 10 * time.Second
 
-// Close waits for the unsubscribes still in flight, for up to 10 s.
-func (w *Waker) Close() {
+// close waits for the unsubscribes still in flight, for up to 10 s.
+func (w *waker) close() {
 	done := make(chan struct{})
 	go func() { w.bg.Wait(); close(done) }()
 	t := time.NewTimer(closeTimeout)
@@ -63,7 +65,7 @@ func (w *Waker) Close() {
 }
 
 // join counts a waiter on ch, after any unsubscribe in flight on it.
-func (w *Waker) join(ctx context.Context, ch string) error {
+func (w *waker) join(ctx context.Context, ch string) error {
 	for {
 		w.mu.Lock()
 		c := w.subs[ch]
@@ -89,20 +91,20 @@ func (w *Waker) join(ctx context.Context, ch string) error {
 // fallback is the timer of the attempt-th wait for one key: the holder's
 // remaining TTL (plus a little, so the key has surely expired), capped by an
 // exponential backoff with jitter so that waiters do not retry in lockstep.
-func fallback(holderTTL time.Duration, attempt int) time.Duration {
-	d := WaitBackoff(attempt)
+func fallback(holderTTL time.Duration, attempt int, limit time.Duration) time.Duration {
+	d := min(protocol.WaitBackoff(attempt), limit)
 	if holderTTL >= 0 {
 		d = min(d, holderTTL+time.Millisecond+rand.N(time.Millisecond))
 	}
 	return d
 }
 
-// Wait returns when lockKey may have been released: a release message, the
-// key found free or unmarked after subscribing, or the fallback timer. It
-// returns context.Cause(ctx) when ctx ends first. attempt counts the waits of
-// one acquisition.
-func (w *Waker) Wait(ctx context.Context, lockKey string, holderTTL time.Duration, attempt int) error {
-	timer := time.NewTimer(fallback(holderTTL, attempt))
+// wait returns when lockKey may have been released: a release message, the
+// key found free or unmarked after subscribing, or the fallback timer (at
+// most limit). It returns context.Cause(ctx) when ctx ends first. attempt
+// counts the waits of one acquisition for this key.
+func (w *waker) wait(ctx context.Context, lockKey string, holderTTL time.Duration, attempt int, limit time.Duration) error {
+	timer := time.NewTimer(fallback(holderTTL, attempt, limit))
 	defer timer.Stop()
 	if w.noPubSub.Load() {
 		select {
@@ -143,7 +145,7 @@ func (w *Waker) Wait(ctx context.Context, lockKey string, holderTTL time.Duratio
 	select {
 	case <-subscribed:
 		v, err := w.client.Do(ctx, w.client.B().Get().Key(lockKey).Build()).ToString()
-		if rueidis.IsRedisNil(err) || err == nil && !strings.HasSuffix(v, "!") {
+		if rediserr.IsNil(err) || err == nil && !lockval.Marked(v) {
 			return nil
 		}
 	case err := <-done:
@@ -177,7 +179,7 @@ func (w *Waker) Wait(ctx context.Context, lockKey string, holderTTL time.Duratio
 // runs in the background: a waiter never waits for another's unsubscribe,
 // and one on a stalled node delays nobody but the next waiter on that very
 // channel.
-func (w *Waker) unsubscribe(ch string, cancel context.CancelFunc, done chan error) {
+func (w *waker) unsubscribe(ch string, cancel context.CancelFunc, done chan error) {
 	cancel()
 	w.mu.Lock()
 	defer w.mu.Unlock()

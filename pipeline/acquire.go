@@ -3,56 +3,19 @@ package pipeline
 import (
 	"context"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
 
-	"github.com/slotlock/slotlock/batch"
+	"github.com/slotlock/slotlock/internal/lockval"
+	"github.com/slotlock/slotlock/internal/protocol"
+	"github.com/slotlock/slotlock/internal/rediserr"
 	"github.com/slotlock/slotlock/slot"
 )
 
-// mark is what a Lua waiter appends to the value of a key it waits for
-// (batch/scripts/common.lua): its release must publish a wake-up.
-const mark = "!"
-
-// ours reports whether lock value v belongs to the lease with token: the
-// token itself, or the token carrying a Lua waiter's mark. A pipeline lease
-// never writes a fencing token, so nothing else can be its.
-func ours(v, token string) bool {
-	return len(v) >= len(token) && v[:len(token)] == token && (len(v) == len(token) || v[len(token):] == mark)
-}
-
-// attempt is the outcome of one pipelined round of SET NX over the keys
-// from..Len()-1 of a set.
-type attempt struct {
-	// state has one entry per key of the set; keys below the attempt's
-	// start keep NotHeld.
-	state     []batch.KeyState
-	conflicts []batch.Conflict // ascending Index
-	// written lists the keys this attempt's own SETs took (a subset of
-	// the Held ones: a key found ours was taken earlier).
-	written []int
-	// node has, with MinReplicas, the master of every key of the
-	// attempt; shortfalls the masters whose WAIT came back short, with
-	// how many replicas acknowledged.
-	node       []string
-	shortfalls map[string]int
-	err        error
-}
-
-func (a *attempt) firstFailure(from int) int {
-	for i := from; i < len(a.state); i++ {
-		if a.state[i] != batch.Held {
-			return i
-		}
-	}
-	return len(a.state)
-}
-
-// acquire sends SET lockKey token NX PX ttl for every key from `from` on, in
-// one DoMulti: rueidis groups the commands by the master of their slot and
+// Attempt sends SET lockKey token NX PX ttl for every key from `from` on,
+// in one DoMulti (protocol.Strategy; the mode does not matter: SET NX takes
+// every free key, and the protocol trims or rolls back): rueidis groups the commands by the master of their slot and
 // sends each group as one pipeline, all masters in parallel. With
 // MinReplicas each master's group ends with a WAIT on the same connection.
 //
@@ -60,13 +23,13 @@ func (a *attempt) firstFailure(from int) int {
 // trip, only for those keys): the value tells whether an earlier attempt of
 // ours already holds the key (its reply was lost) or who else does, and for
 // how long.
-func (e *Engine) acquire(ctx context.Context, set *batch.Set, from int, r batch.Request) attempt {
+func (e *Engine) Attempt(ctx context.Context, set *protocol.Set, from int, r *protocol.Request, _ protocol.AttemptOptions) protocol.Attempt {
 	n := set.Len()
-	a := attempt{state: make([]batch.KeyState, n)}
+	a := protocol.Attempt{State: make([]protocol.KeyState, n)}
 	gen := e.topo.Generation()
 	m, err := e.topo.Current(ctx)
 	if err != nil {
-		a.err = err
+		a.Err = err
 		return a
 	}
 	owner := make([]int, n)
@@ -75,7 +38,7 @@ func (e *Engine) acquire(ctx context.Context, set *batch.Set, from int, r batch.
 		if o < 0 {
 			// A slot without a master: the map predates a failover.
 			_, _ = e.topo.Refresh(ctx, gen)
-			a.err = fmt.Errorf("%w: key %q", slot.ErrUncovered, set.Keys[i].Name)
+			a.Err = fmt.Errorf("%w: key %q", slot.ErrUncovered, set.Keys[i].Name)
 			return a
 		}
 		owner[i] = o
@@ -108,9 +71,9 @@ func (e *Engine) acquire(ctx context.Context, set *batch.Set, from int, r batch.
 				Timeout(r.ReplicaTimeout.Milliseconds()).Build().SetSlot(set.Lock[i]))
 			waitNodes = append(waitNodes, o)
 		}
-		a.node = make([]string, n)
+		a.Node = make([]string, n)
 		for i := from; i < n; i++ {
-			a.node[i] = m.Addrs[owner[i]]
+			a.Node[i] = m.Addrs[owner[i]]
 		}
 	}
 	res := e.client.DoMulti(ctx, cmds...)
@@ -122,15 +85,14 @@ func (e *Engine) acquire(ctx context.Context, set *batch.Set, from int, r batch.
 		err := res[i-from].Error()
 		switch {
 		case err == nil:
-			a.state[i] = batch.Held
-			a.written = append(a.written, i)
+			a.State[i] = protocol.Held
 			granted[owner[i]] = true
-		case rueidis.IsRedisNil(err):
+		case rediserr.IsNil(err):
 			check = append(check, i)
 		default:
 			ne := errs.add(m.Addrs[owner[i]], err)
-			if ne.Kind == batch.ErrUnknownOutcome {
-				a.state[i] = batch.Unknown // the SET may have run
+			if ne.Kind == rediserr.ErrUnknownOutcome {
+				a.State[i] = protocol.Unknown // the SET may have run
 			}
 		}
 	}
@@ -144,10 +106,10 @@ func (e *Engine) acquire(ctx context.Context, set *batch.Set, from int, r batch.
 			acked = 0
 		}
 		if int(acked) < r.MinReplicas {
-			if a.shortfalls == nil {
-				a.shortfalls = map[string]int{}
+			if a.Short == nil {
+				a.Short = map[string]int{}
 			}
-			a.shortfalls[m.Addrs[o]] = int(acked)
+			a.Short[m.Addrs[o]] = int(acked)
 		}
 	}
 
@@ -159,14 +121,14 @@ func (e *Engine) acquire(ctx context.Context, set *batch.Set, from int, r batch.
 		res = e.client.DoMulti(ctx, cmds...)
 		for k, i := range check {
 			v, err := res[2*k].ToString()
-			_, isRedis := rueidis.IsRedisErr(err)
 			switch {
-			case err == nil && ours(v, token):
-				// Taken by an earlier attempt of this acquisition whose
-				// reply was lost: ours, with the expiry of that attempt.
-				a.state[i] = batch.Held
+			case err == nil && lockval.OfPlain(v, token):
+				// Taken by an earlier attempt of this acquisition (whose
+				// reply was lost, or the kept prefix): ours, with the
+				// expiry of that attempt.
+				a.State[i] = protocol.Kept
 				continue
-			case err != nil && !isRedis && !rueidis.IsRedisNil(err):
+			case rediserr.Lost(err):
 				// The key is held (SET NX said so) but we could not read by
 				// whom; maybe by us, after a lost reply.
 				errs.add(m.Addrs[owner[i]], fmt.Errorf("GET: %w", err))
@@ -174,13 +136,13 @@ func (e *Engine) acquire(ctx context.Context, set *batch.Set, from int, r batch.
 			}
 			// Someone else's: a value of theirs, gone since the SET (TTL
 			// 0: try again at once), or not a string at all.
-			a.conflicts = append(a.conflicts, batch.Conflict{Index: i, TTL: conflictTTL(res[2*k+1])})
+			a.Conflicts = append(a.Conflicts, protocol.Conflict{Index: i, TTL: conflictTTL(res[2*k+1])})
 		}
 	}
 	if errs.stale() {
 		_, _ = e.topo.Refresh(ctx, gen)
 	}
-	a.err = errs.join()
+	a.Err = errs.join()
 	return a
 }
 
@@ -195,14 +157,4 @@ func conflictTTL(r rueidis.RedisResult) time.Duration {
 		return 0
 	}
 	return time.Duration(pttl) * time.Millisecond
-}
-
-// shortfallList orders per-node shortfalls by node for a batch.ReplicaError.
-func shortfallList(short map[string]int) []batch.ReplicaShortfall {
-	out := make([]batch.ReplicaShortfall, 0, len(short))
-	for node, acked := range short {
-		out = append(out, batch.ReplicaShortfall{Node: node, Acked: acked})
-	}
-	slices.SortFunc(out, func(x, y batch.ReplicaShortfall) int { return strings.Compare(x.Node, y.Node) })
-	return out
 }

@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -76,18 +75,4 @@ func (p *condProbe) refused(o op) {
 	} else {
 		p.noSet.Store(true)
 	}
-}
-
-// refusal reports whether err says the server does not have (or will not
-// let this user run) a conditional command: nothing ran, and an optimistic
-// transaction can do the same work.
-func refusal(err error) bool {
-	re, ok := rueidis.IsRedisErr(err)
-	if !ok {
-		return false
-	}
-	msg := re.Error()
-	return strings.HasPrefix(msg, "NOPERM") ||
-		strings.Contains(msg, "unknown command") ||
-		strings.Contains(msg, "syntax error")
 }

@@ -1,11 +1,11 @@
 // Package pipeline acquires lock keys with pipelined SET NX PX and no Lua,
 // for servers where scripts are denied (an ACL without @scripting, a proxy
-// that rejects EVAL); on partial failure it releases what it set at once,
-// owner-checked.
+// that rejects EVAL). It is for the root package.
 //
-// It works on the same batch.Set, batch.Request and batch.Grant as the Lua
-// engine (package batch), and writes lock values the Lua scripts understand:
-// the lease token as the plain value. A key whose value is the token, or
+// It is a protocol.Strategy (internal/protocol, which decides what an
+// acquisition keeps, gives back and waits for), like the Lua engine
+// (package batch), and writes lock values the Lua scripts understand
+// (internal/lockval): the lease token as the plain value. A key whose value is the token, or
 // the token followed by a Lua waiter's mark '!', is ours; anything else
 // belongs to someone else. Leases of both strategies can therefore contend
 // for the same keys.

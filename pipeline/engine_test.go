@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -14,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/slotlock/slotlock/batch"
+	"github.com/slotlock/slotlock/internal/protocol"
 	"github.com/slotlock/slotlock/internal/redistest"
 	"github.com/slotlock/slotlock/internal/topology"
 	"github.com/slotlock/slotlock/slot"
@@ -53,14 +52,26 @@ func newRig(t *testing.T, wrap func(rueidis.Client) rueidis.Client) *rig {
 	return &rig{t: t, client: client, eng: New(cl, topology.New(cl)), names: names, ctx: ctx}
 }
 
-func (g *rig) set(keys ...string) *batch.Set { return batch.NewSet(g.names, keys) }
+func (g *rig) set(keys ...string) *protocol.Set { return protocol.NewSet(g.names, keys) }
 
-func (g *rig) req(token string, ttl time.Duration) batch.Request {
-	return batch.Request{Who: batch.Who{Holder: token}, TTL: ttl, Cleanup: batch.Cleanup{Timeout: 5 * time.Second}}
+func (g *rig) req(token string, ttl time.Duration) *protocol.Request {
+	return &protocol.Request{Who: protocol.Who{Holder: token}, TTL: ttl, CleanupTimeout: 5 * time.Second}
+}
+
+// releaseOn and extendOn are the engine's Release and Extend with their
+// result as (lost, err).
+func releaseOn(e *Engine, ctx context.Context, set *protocol.Set, idx []int, who protocol.Who) ([]int, error) {
+	r := e.Release(ctx, set, idx, who)
+	return r.Lost, r.Err
+}
+
+func extendOn(e *Engine, ctx context.Context, set *protocol.Set, who protocol.Who, ttl time.Duration) ([]int, error) {
+	r := e.Extend(ctx, set, nil, who, ttl)
+	return r.Lost, r.Err
 }
 
 // values reads every lock key of set: "" for a missing key.
-func (g *rig) values(set *batch.Set) []string {
+func (g *rig) values(set *protocol.Set) []string {
 	g.t.Helper()
 	cmds := make(rueidis.Commands, set.Len())
 	for i, k := range set.Lock {
@@ -92,51 +103,22 @@ func keysN(prefix string, n int) []string {
 	return out
 }
 
-func TestOurs(t *testing.T) {
-	tests := []struct {
-		v, token string
-		want     bool
-	}{
-		{"tok", "tok", true},
-		{"tok!", "tok", true},
-		{"tok!!", "tok", false},
-		{"tok.7", "tok", false}, // a fenced Lua value is never a pipeline lease's
-		{"tokx", "tok", false},
-		{"to", "tok", false},
-		{"", "tok", false},
-		{"other", "tok", false},
-	}
-	for _, tt := range tests {
-		assert.Equal(t, tt.want, ours(tt.v, tt.token), "%q vs %q", tt.v, tt.token)
-	}
-}
-
 func TestWaitForIsBoundedByTheHolder(t *testing.T) {
 	for attempt := range 20 {
 		d := waitFor(-1, attempt)
-		assert.GreaterOrEqual(t, d, batch.MinWait/2)
-		assert.LessOrEqual(t, d, batch.MaxWait)
+		assert.GreaterOrEqual(t, d, protocol.MinWait/2)
+		assert.LessOrEqual(t, d, protocol.MaxWait)
 		assert.LessOrEqual(t, waitFor(3*time.Millisecond, attempt), 4*time.Millisecond)
 		assert.Equal(t, time.Millisecond, waitFor(0, attempt))
 	}
-	assert.LessOrEqual(t, waitFor(-1, 0), batch.MinWait)
-}
-
-func TestTransient(t *testing.T) {
-	stale := &batch.NodeError{Node: "a", Kind: batch.ErrStaleTopology, Err: errors.New("MOVED")}
-	lost := &batch.NodeError{Node: "b", Kind: batch.ErrUnknownOutcome, Err: context.DeadlineExceeded}
-	hard := &batch.NodeError{Node: "c", Kind: batch.ErrRedis, Err: errors.New("NOPERM")}
-	assert.True(t, transient(errors.Join(stale, lost)))
-	assert.True(t, transient(fmt.Errorf("%w: key", slot.ErrUncovered)))
-	assert.False(t, transient(errors.Join(stale, hard)))
-	assert.False(t, transient(nil))
+	assert.LessOrEqual(t, waitFor(-1, 0), protocol.MinWait)
 }
 
 func TestTryLockAndRelease(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, nil)
 	set := g.set(keysN("k", 300)...)
-	grant, err := g.eng.TryLock(g.ctx, set, g.req("tokA", 10*time.Second))
+	grant, err := protocol.TryLock(g.ctx, g.eng, set, g.req("tokA", 10*time.Second))
 	require.NoError(t, err)
 	assert.WithinDuration(t, time.Now().Add(10*time.Second), grant.Deadline, time.Second)
 	for i, v := range g.values(set) {
@@ -145,13 +127,13 @@ func TestTryLockAndRelease(t *testing.T) {
 	assert.LessOrEqual(t, g.pttl(set.Lock[0]), int64(10_000))
 	assert.Greater(t, g.pttl(set.Lock[0]), int64(5_000))
 
-	lost, err := g.eng.Release(g.ctx, set, nil, batch.Who{Holder: "tokA"})
+	lost, err := releaseOn(g.eng, g.ctx, set, nil, protocol.Who{Holder: "tokA"})
 	require.NoError(t, err)
 	assert.Empty(t, lost)
 	for _, v := range g.values(set) {
 		require.Empty(t, v)
 	}
-	lost, err = g.eng.Release(g.ctx, set, nil, batch.Who{Holder: "tokA"})
+	lost, err = releaseOn(g.eng, g.ctx, set, nil, protocol.Who{Holder: "tokA"})
 	require.NoError(t, err)
 	assert.Len(t, lost, 300, "released keys are no longer held")
 }
@@ -166,9 +148,9 @@ func TestTryLockPartialFailureRollsBack(t *testing.T) {
 	for _, i := range held {
 		require.NoError(t, g.client.Do(g.ctx, g.client.B().Set().Key(set.Lock[i]).Value(fmt.Sprintf("other%d", i)).PxMilliseconds(20_000).Build()).Error())
 	}
-	_, err := g.eng.TryLock(g.ctx, set, g.req("tokB", 10*time.Second))
-	require.ErrorIs(t, err, batch.ErrNotAcquired)
-	var ce *batch.ConflictError
+	_, err := protocol.TryLock(g.ctx, g.eng, set, g.req("tokB", 10*time.Second))
+	require.ErrorIs(t, err, protocol.ErrNotAcquired)
+	var ce *protocol.ConflictError
 	require.ErrorAs(t, err, &ce)
 	require.Len(t, ce.Conflicts, 3)
 	for k, c := range ce.Conflicts {
@@ -189,7 +171,7 @@ func TestReleaseLeavesOtherOwnersAndPublishesMarks(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, nil)
 	set := g.set("a", "b", "c", "d")
-	_, err := g.eng.TryLock(g.ctx, set, g.req("tokC", 10*time.Second))
+	_, err := protocol.TryLock(g.ctx, g.eng, set, g.req("tokC", 10*time.Second))
 	require.NoError(t, err)
 	// b: taken over by someone else after (pretend) expiry; c: marked by
 	// a Lua waiter; d: deleted by an operator.
@@ -212,7 +194,7 @@ func TestReleaseLeavesOtherOwnersAndPublishesMarks(t *testing.T) {
 	}()
 	<-subscribed
 
-	lost, err := g.eng.Release(g.ctx, set, nil, batch.Who{Holder: "tokC"})
+	lost, err := releaseOn(g.eng, g.ctx, set, nil, protocol.Who{Holder: "tokC"})
 	require.NoError(t, err)
 	assert.Equal(t, []int{1, 3}, lost)
 	assert.Equal(t, []string{"", "intruder", "", ""}, g.values(set))
@@ -229,16 +211,16 @@ func TestExtendOnlyOurs(t *testing.T) {
 	g := newRig(t, nil)
 	a := g.set(keysN("a", 50)...)
 	b := g.set(keysN("b", 50)...)
-	_, err := g.eng.TryLock(g.ctx, a, g.req("tokA", 2*time.Second))
+	_, err := protocol.TryLock(g.ctx, g.eng, a, g.req("tokA", 2*time.Second))
 	require.NoError(t, err)
-	_, err = g.eng.TryLock(g.ctx, b, g.req("tokB", 2*time.Second))
+	_, err = protocol.TryLock(g.ctx, g.eng, b, g.req("tokB", 2*time.Second))
 	require.NoError(t, err)
 	require.NoError(t, g.client.Do(g.ctx, g.client.B().Set().Key(b.Lock[7]).Value("intruder").PxMilliseconds(500).Build()).Error())
 	require.NoError(t, g.client.Do(g.ctx, g.client.B().Set().Key(a.Lock[9]).Value("tokA!").Keepttl().Build()).Error())
 
-	res := g.eng.ExtendMany(g.ctx, []batch.ExtendJob{
-		{Set: a, Who: batch.Who{Holder: "tokA"}, TTL: time.Minute},
-		{Set: b, Who: batch.Who{Holder: "tokB"}, TTL: time.Minute},
+	res := g.eng.ExtendMany(g.ctx, []protocol.ExtendJob{
+		{Set: a, Who: protocol.Who{Holder: "tokA"}, TTL: time.Minute},
+		{Set: b, Who: protocol.Who{Holder: "tokB"}, TTL: time.Minute},
 	})
 	require.NoError(t, res[0].Err)
 	require.NoError(t, res[1].Err)
@@ -250,12 +232,12 @@ func TestExtendOnlyOurs(t *testing.T) {
 	assert.LessOrEqual(t, g.pttl(b.Lock[7]), int64(500), "the intruder's key keeps its own expiry")
 	assert.Equal(t, "tokA!", g.values(a)[9], "the waiter's mark survives")
 
-	lost, err := g.eng.Extend(g.ctx, b, batch.Who{Holder: "tokB"}, time.Minute)
+	lost, err := extendOn(g.eng, g.ctx, b, protocol.Who{Holder: "tokB"}, time.Minute)
 	require.NoError(t, err)
 	assert.Equal(t, []int{7}, lost)
-	_, err = g.eng.Release(g.ctx, a, nil, batch.Who{Holder: "tokA"})
+	_, err = releaseOn(g.eng, g.ctx, a, nil, protocol.Who{Holder: "tokA"})
 	require.NoError(t, err)
-	_, err = g.eng.Release(g.ctx, b, nil, batch.Who{Holder: "tokB"})
+	_, err = releaseOn(g.eng, g.ctx, b, nil, protocol.Who{Holder: "tokB"})
 	require.NoError(t, err)
 }
 
@@ -270,13 +252,13 @@ func TestTransactionsWithoutNodeClients(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, func(c rueidis.Client) rueidis.Client { return noNodes{c} })
 	set := g.set(keysN("k", 100)...)
-	_, err := g.eng.TryLock(g.ctx, set, g.req("tokD", 10*time.Second))
+	_, err := protocol.TryLock(g.ctx, g.eng, set, g.req("tokD", 10*time.Second))
 	require.NoError(t, err)
 	require.NoError(t, g.client.Do(g.ctx, g.client.B().Set().Key(set.Lock[5]).Value("intruder").Build()).Error())
-	lost, err := g.eng.Extend(g.ctx, set, batch.Who{Holder: "tokD"}, time.Minute)
+	lost, err := extendOn(g.eng, g.ctx, set, protocol.Who{Holder: "tokD"}, time.Minute)
 	require.NoError(t, err)
 	assert.Equal(t, []int{5}, lost)
-	lost, err = g.eng.Release(g.ctx, set, nil, batch.Who{Holder: "tokD"})
+	lost, err = releaseOn(g.eng, g.ctx, set, nil, protocol.Who{Holder: "tokD"})
 	require.NoError(t, err)
 	assert.Equal(t, []int{5}, lost)
 	for i, v := range g.values(set) {
@@ -290,10 +272,10 @@ func TestLockWaitsForTheHolder(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, nil)
 	set := g.set(keysN("w", 60)...)
-	_, err := g.eng.TryLock(g.ctx, g.set(set.Keys[30].Name), g.req("holder", 300*time.Millisecond))
+	_, err := protocol.TryLock(g.ctx, g.eng, g.set(set.Keys[30].Name), g.req("holder", 300*time.Millisecond))
 	require.NoError(t, err)
 	start := time.Now()
-	grant, err := g.eng.Lock(g.ctx, set, g.req("waiter", 10*time.Second), nil)
+	grant, err := protocol.Lock(g.ctx, g.eng, set, g.req("waiter", 10*time.Second))
 	require.NoError(t, err)
 	took := time.Since(start)
 	assert.GreaterOrEqual(t, took, 200*time.Millisecond, "it waited for the holder's expiry")
@@ -302,7 +284,7 @@ func TestLockWaitsForTheHolder(t *testing.T) {
 	for i, k := range set.Lock {
 		require.Greater(t, g.pttl(k), int64(8_000), "key %d has the final attempt's expiry", i)
 	}
-	_, err = g.eng.Release(g.ctx, set, nil, batch.Who{Holder: "waiter"})
+	_, err = releaseOn(g.eng, g.ctx, set, nil, protocol.Who{Holder: "waiter"})
 	require.NoError(t, err)
 }
 
@@ -313,7 +295,7 @@ func TestLockCancelledLeavesNothing(t *testing.T) {
 	require.NoError(t, g.client.Do(g.ctx, g.client.B().Set().Key(set.Lock[100]).Value("holder").PxMilliseconds(20_000).Build()).Error())
 	ctx, cancel := context.WithTimeout(g.ctx, 300*time.Millisecond)
 	defer cancel()
-	_, err := g.eng.Lock(ctx, set, g.req("waiter", 10*time.Second), nil)
+	_, err := protocol.Lock(ctx, g.eng, set, g.req("waiter", 10*time.Second))
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	for i, v := range g.values(set) {
 		if i == 100 {
@@ -335,15 +317,15 @@ func TestConditionalForms(t *testing.T) {
 		form := g.eng.cond.use(g.ctx, g.client, opRelease)
 		t.Logf("forced transactions %v: conditional form %d", forced, form)
 		set := g.set(keysN(fmt.Sprint("f", forced), 40)...)
-		_, err := g.eng.TryLock(g.ctx, set, g.req("tokE", 2*time.Second))
+		_, err := protocol.TryLock(g.ctx, g.eng, set, g.req("tokE", 2*time.Second))
 		require.NoError(t, err)
 		require.NoError(t, g.client.Do(g.ctx, g.client.B().Set().Key(set.Lock[1]).Value("intruder").Build()).Error())
 		require.NoError(t, g.client.Do(g.ctx, g.client.B().Set().Key(set.Lock[2]).Value("tokE!").Keepttl().Build()).Error())
-		lost, err := g.eng.Extend(g.ctx, set, batch.Who{Holder: "tokE"}, time.Minute)
+		lost, err := extendOn(g.eng, g.ctx, set, protocol.Who{Holder: "tokE"}, time.Minute)
 		require.NoError(t, err)
 		assert.Equal(t, []int{1}, lost)
 		assert.Greater(t, g.pttl(set.Lock[2]), int64(50_000))
-		lost, err = g.eng.Release(g.ctx, set, nil, batch.Who{Holder: "tokE"})
+		lost, err = releaseOn(g.eng, g.ctx, set, nil, protocol.Who{Holder: "tokE"})
 		require.NoError(t, err)
 		assert.Equal(t, []int{1}, lost)
 		for i, v := range g.values(set) {

@@ -7,12 +7,13 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/redis/rueidis"
 
-	"github.com/slotlock/slotlock/batch"
+	"github.com/slotlock/slotlock/internal/lockval"
+	"github.com/slotlock/slotlock/internal/protocol"
+	"github.com/slotlock/slotlock/internal/rediserr"
 	"github.com/slotlock/slotlock/slot"
 )
 
@@ -105,8 +106,8 @@ func (e *Engine) ownerChecked(ctx context.Context, o op, items []item) *checked 
 		}
 		var stale []int
 		for _, i := range todo {
-			var nerr *batch.NodeError
-			if c.out[i] == failed && (errors.As(c.errs[i], &nerr) && nerr.Kind == batch.ErrStaleTopology ||
+			var nerr *protocol.NodeError
+			if c.out[i] == failed && (errors.As(c.errs[i], &nerr) && nerr.Kind == rediserr.ErrStaleTopology ||
 				errors.Is(c.errs[i], slot.ErrUncovered)) {
 				stale = append(stale, i)
 			}
@@ -117,7 +118,7 @@ func (e *Engine) ownerChecked(ctx context.Context, o op, items []item) *checked 
 		if _, rerr := e.topo.Refresh(ctx, gen); rerr != nil && ctx.Err() != nil {
 			break
 		}
-		if batch.SleepCtx(ctx, batch.Backoff(round)) != nil {
+		if protocol.SleepCtx(ctx, protocol.Backoff(round)) != nil {
 			break
 		}
 		for _, i := range stale {
@@ -134,22 +135,26 @@ func (c *checked) fail(ne *nodeErrors, i int, node string, err error) {
 }
 
 // collect returns, for the items from..from+len(idx)-1 that stand for the
-// set indexes idx, the indexes of keys found not ours and the errors of
-// the failed ones, each error once.
-func (c *checked) collect(from int, idx []int) (lost []int, err error) {
+// set indexes idx, the indexes of keys found not ours, those that failed,
+// and the errors of the failed ones, each error once.
+func (c *checked) collect(from int, idx []int) protocol.OwnerResult {
+	var r protocol.OwnerResult
 	var errs []error
 	for k, i := range idx {
 		switch c.out[from+k] {
 		case notOurs:
-			lost = append(lost, i)
+			r.Lost = append(r.Lost, i)
 		case failed:
+			r.Failed = append(r.Failed, i)
 			if !slices.Contains(errs, c.errs[from+k]) {
 				errs = append(errs, c.errs[from+k])
 			}
 		}
 	}
-	slices.Sort(lost)
-	return lost, errors.Join(errs...)
+	slices.Sort(r.Lost)
+	slices.Sort(r.Failed)
+	r.Err = errors.Join(errs...)
+	return r
 }
 
 // nodeOf returns the address of the master that owns s in m, or "" when
@@ -173,7 +178,7 @@ func (e *Engine) conditional(ctx context.Context, c *checked, f condForm, todo [
 	cmds := make(rueidis.Commands, 0, 2*len(todo))
 	for _, i := range todo {
 		it := c.items[i]
-		for _, v := range [2]string{it.token, it.token + mark} {
+		for _, v := range [2]string{it.token, it.token + lockval.Mark} {
 			switch {
 			case c.op == opExtend:
 				cmds = append(cmds, b.Arbitrary("SET").Keys(it.key).
@@ -200,7 +205,7 @@ func (e *Engine) conditional(ctx context.Context, c *checked, f condForm, todo [
 			switch {
 			case err == nil:
 				c.out[i] = notOurs
-			case refusal(err):
+			case rediserr.CommandRefused(err):
 				e.cond.refused(c.op)
 				refused = append(refused, i)
 			default:
@@ -214,7 +219,7 @@ func (e *Engine) conditional(ctx context.Context, c *checked, f condForm, todo [
 
 // wake publishes the release of each of keys (lock keys that carried a Lua
 // waiter's mark) on the sharded channel named like the key, which the
-// waiter listens to (batch.Waker). It is best effort: a user without
+// waiter listens to (package batch). It is best effort: a user without
 // pub/sub rights, or a lost message, costs a waiter no more than its timer.
 func (e *Engine) wake(ctx context.Context, keys []string) {
 	if len(keys) == 0 {
@@ -459,8 +464,7 @@ func (w *txWorker) failAll(items []int, err error) {
 // the connection failed or the context ended.
 func transportErr(res []rueidis.RedisResult) error {
 	for _, r := range res {
-		err := r.Error()
-		if _, isRedis := rueidis.IsRedisErr(err); err != nil && !isRedis && !rueidis.IsRedisNil(err) {
+		if err := r.Error(); rediserr.Lost(err) {
 			return err
 		}
 	}
@@ -481,12 +485,12 @@ func (w *txWorker) read(b rueidis.Builder, g *group, res []rueidis.RedisResult) 
 	for k, i := range g.items {
 		v, err := res[1+k].ToString()
 		switch {
-		case err == nil && ours(v, w.c.items[i].token):
+		case err == nil && lockval.OfPlain(v, w.c.items[i].token):
 			g.cand = append(g.cand, i)
-			g.marked = append(g.marked, strings.HasSuffix(v, mark))
-		case err == nil || rueidis.IsRedisNil(err):
+			g.marked = append(g.marked, lockval.Marked(v))
+		case err == nil || rediserr.IsNil(err):
 			w.c.out[i] = notOurs
-		case kindOf(err) == batch.ErrRedis:
+		case rediserr.Kind(err) == rediserr.ErrRedis:
 			w.c.out[i] = notOurs // not a string: not a lock of ours
 		default:
 			w.c.fail(w.ne, i, w.node, err)

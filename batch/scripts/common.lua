@@ -7,7 +7,8 @@
 --   '!'     a waiter's mark: release publishes on the key's channel
 -- Reentrant leases also keep a hold set beside the lock key (package
 -- reentrant, hold.lua, which follows this file in every script).
--- Tokens never contain '.', '!' or '#'.
+-- Tokens never contain '.', '!' or '#'. The Go side of this format is
+-- internal/lockval (Holder, Fence, Marked): change both together.
 
 -- holder_of returns the holder part of a lock value.
 local function holder_of(v)

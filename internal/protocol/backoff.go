@@ -1,4 +1,4 @@
-package batch
+package protocol
 
 import (
 	"context"
@@ -6,9 +6,8 @@ import (
 	"time"
 )
 
-// The pauses of both strategies' acquire loops (the pipeline strategy uses
-// them too): one curve for retries after a moved slot or a lost reply, one
-// for waiting on a key held by someone else.
+// The pauses of the protocol: one curve for retries after a moved slot or a
+// lost reply, one for waiting on a key held by someone else.
 
 // Backoff is the pause before the round-th retry after a stale topology or
 // a lost reply: short, because a moved slot is usually settled within
@@ -17,8 +16,8 @@ func Backoff(round int) time.Duration {
 	return time.Millisecond << min(round, 6)
 }
 
-// Bounds of WaitBackoff. A script waiter is woken by the release message;
-// its timer only covers what pub/sub cannot see (a release by a script-free
+// Bounds of WaitBackoff. A Lua waiter is woken by the release message; its
+// timer only covers what pub/sub cannot see (a release by a script-free
 // holder, subscriptions dropped by a failover), and a pipeline waiter,
 // which has no message, polls at this pace: so it starts at tens of
 // milliseconds, not at a polling rate.

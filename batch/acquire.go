@@ -1,0 +1,157 @@
+package batch
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+
+	"github.com/slotlock/slotlock/internal/protocol"
+	"github.com/slotlock/slotlock/internal/rediserr"
+)
+
+// Attempt makes one attempt to take keys from..Len()-1 of set for r.Who
+// (protocol.Strategy). A plain lease of a few keys may first send bare SET
+// NX commands (bare.go); the keys they leave go to acquire.lua, where every
+// node's call takes its keys as the mode says (all or nothing, or up to the
+// first conflict) and writes nothing otherwise. The calls of all nodes go
+// out in one pipelined round trip.
+func (e *Engine) Attempt(ctx context.Context, set *protocol.Set, from int, r *protocol.Request, opt protocol.AttemptOptions) protocol.Attempt {
+	a := protocol.Attempt{State: make([]protocol.KeyState, set.Len())}
+	var idx []int
+	if e.bareFits(set.Len()-from, r, opt) {
+		if taken, tried := e.takeBare(ctx, set, from, r, a.State); taken {
+			return a
+		} else if tried {
+			// The script goes on with the keys the bare commands did not
+			// get; what they got is held (or, after a lost reply, may be)
+			// and stays in State, so that the protocol's rollback or trim
+			// sees it.
+			for i := from; i < set.Len(); i++ {
+				if a.State[i] != protocol.Held {
+					idx = append(idx, i)
+				}
+			}
+		}
+	}
+	if idx == nil {
+		idx = set.All(from)
+	}
+	if r.Fencing {
+		a.Fences = make([]int64, set.Len())
+	}
+	mode := "a"
+	if opt.Mode == protocol.Prefix {
+		mode = "w"
+	}
+	if r.Fencing {
+		mode += "f"
+	}
+	jobs := []job{{s: acquireScript, set: set, idx: idx,
+		head:  []string{r.Who.Holder, r.Who.Lease, strconv.FormatInt(r.TTL.Milliseconds(), 10), mode},
+		fence: r.Fencing, holds: r.Who.Lease != ""}}
+	var w *waitAfter
+	if r.MinReplicas > 0 {
+		w = &waitAfter{replicas: r.MinReplicas, timeout: r.ReplicaTimeout}
+		a.Node = make([]string, set.Len())
+	}
+
+	for round := 0; ; round++ {
+		calls, gen, err := e.plan(ctx, jobs, e.perSlot.Load())
+		if err != nil {
+			// A slot without a master: the map predates a failover.
+			_, _ = e.topo.Refresh(ctx, gen)
+			a.Err = err
+			return a
+		}
+		res, waits := e.exec(ctx, calls, jobs, w)
+		var errs []error
+		stale, refused := false, false
+		granted := map[string]bool{}
+		for ci, res := range res {
+			c := calls[ci]
+			rep, err := decodeAcquire(res, len(c.idx))
+			if err != nil {
+				ne, fr := classify(acquireScript, c, err)
+				refused = refused || fr
+				if ne.Kind == rediserr.ErrStaleTopology && !c.perSlot {
+					e.markSlotMode(c.node)
+				}
+				if ne.Kind == rediserr.ErrUnknownOutcome {
+					for _, i := range c.idx {
+						a.State[i] = protocol.Unknown
+					}
+				}
+				// A lost reply may be a dead master: its replica may have
+				// taken over, and node-wide calls go to the address the
+				// slot map names, so the map must be read again.
+				stale = stale || ne.Kind == rediserr.ErrStaleTopology || ne.Kind == rediserr.ErrUnknownOutcome
+				errs = append(errs, ne)
+				continue
+			}
+			if !e.scriptsRun.Load() {
+				e.scriptsRun.Store(true) // once: not a shared write per call
+			}
+			for k := range rep.granted {
+				i := c.idx[k]
+				a.State[i] = protocol.Held
+				if r.Fencing {
+					a.Fences[i] = rep.fence(k)
+				}
+				if a.Node != nil {
+					a.Node[i] = c.node
+				}
+			}
+			if rep.granted > 0 {
+				granted[c.node] = true
+			}
+			for _, rc := range rep.conflicts {
+				a.Conflicts = append(a.Conflicts, protocol.Conflict{Index: c.idx[rc.pos], TTL: rc.ttl})
+			}
+		}
+		if refused && round == 0 && !anyWrittenAt(a.State, idx) {
+			// The server (or a proxy) does not take the cross-slot flag:
+			// nothing was written by the refused calls (keys a bare SET
+			// took before them are not theirs). Go per slot, for good,
+			// and try again at once.
+			e.perSlot.Store(true)
+			a.Conflicts = a.Conflicts[:0]
+			continue
+		}
+		if refused {
+			e.perSlot.Store(true)
+		}
+		for node, res := range waits {
+			if !granted[node] {
+				continue
+			}
+			acked, err := res.AsInt64()
+			if err != nil {
+				errs = append(errs, &protocol.NodeError{Node: node, Op: "wait", Kind: rediserr.ErrUnknownOutcome, Err: err})
+				acked = 0
+			}
+			if int(acked) < r.MinReplicas {
+				if a.Short == nil {
+					a.Short = map[string]int{}
+				}
+				a.Short[node] = int(acked)
+			}
+		}
+		if stale {
+			_, _ = e.topo.Refresh(ctx, gen)
+		}
+		slices.SortFunc(a.Conflicts, func(x, y protocol.Conflict) int { return x.Index - y.Index })
+		a.Err = errors.Join(errs...)
+		return a
+	}
+}
+
+// anyWrittenAt reports whether any of the keys idx may have been written.
+func anyWrittenAt(st []protocol.KeyState, idx []int) bool {
+	for _, i := range idx {
+		if st[i] != protocol.NotHeld {
+			return true
+		}
+	}
+	return false
+}

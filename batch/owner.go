@@ -1,0 +1,201 @@
+package batch
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/slotlock/slotlock/internal/protocol"
+	"github.com/slotlock/slotlock/internal/rediserr"
+)
+
+// maxStaleRetries bounds how often release and extend re-plan calls that
+// reached a node which no longer owned their slots.
+const maxStaleRetries = 5
+
+// Release deletes, owner-checked, the lock keys idx (ascending set indexes;
+// nil means all) that who still holds (protocol.Strategy). Lost names the
+// keys no longer held (expired, taken over, deleted by an operator).
+func (e *Engine) Release(ctx context.Context, set *protocol.Set, idx []int, who protocol.Who) protocol.OwnerResult {
+	if who.Lease == "" && (idx == nil && set.Len() == 1 || len(idx) == 1) {
+		i := 0
+		if idx != nil {
+			i = idx[0]
+		}
+		if r, done := e.releaseOne(ctx, set, i, who); done {
+			return r
+		}
+	}
+	if idx == nil {
+		idx = set.All(0)
+	}
+	return e.ownerChecked(ctx, []job{{s: releaseScript, set: set, idx: idx,
+		head: []string{who.Holder, who.Lease}, holds: who.Lease != ""}}, nil)[0]
+}
+
+// releaseOne releases one plain lock key (no hold set) with a script of
+// its own (release1.lua), sent through the cluster client like takeBare:
+// it declares its one key, so following MOVED or ASK is safe. A Redis
+// error means the script did not delete (it fails before, or not at all),
+// so the general path runs instead (done false) and classifies it; a lost
+// reply is reported as such, as the general path would: the key may be
+// gone.
+func (e *Engine) releaseOne(ctx context.Context, set *protocol.Set, i int, who protocol.Who) (r protocol.OwnerResult, done bool) {
+	node, ok := e.oneKeyNode(ctx, set, i)
+	if !ok {
+		return r, false
+	}
+	n, err := release1Script.Exec(ctx, e.client, []string{set.Lock[i]}, []string{who.Holder}).AsInt64()
+	switch err = e.oneKeyErr(node, err); {
+	case err == nil && n == 0:
+		r.Lost = []int{i}
+	case err == nil:
+	case rediserr.Lost(err):
+		r.Failed = []int{i}
+		r.Err = &protocol.NodeError{Node: node, Op: "release", Keys: 1, Kind: rediserr.ErrUnknownOutcome, Err: err}
+	default:
+		return r, false
+	}
+	return r, true
+}
+
+// Extend sets a new TTL on the keys idx (nil: all) of set, per node all or
+// nothing: a node whose keys are not all held extends none of them
+// (protocol.Strategy).
+func (e *Engine) Extend(ctx context.Context, set *protocol.Set, idx []int, who protocol.Who, ttl time.Duration) protocol.OwnerResult {
+	return e.ExtendMany(ctx, []protocol.ExtendJob{{Set: set, Idx: idx, Who: who, TTL: ttl}})[0]
+}
+
+// ExtendMany extends many leases in one pipelined round trip per node, as
+// the watchdog does every period for all the leases it keeps alive.
+func (e *Engine) ExtendMany(ctx context.Context, ext []protocol.ExtendJob) []protocol.OwnerResult {
+	var w *waitAfter
+	for _, x := range ext {
+		if x.MinReplicas > 0 && (w == nil || x.MinReplicas > w.replicas) {
+			w = &waitAfter{replicas: x.MinReplicas, timeout: x.ReplicaTimeout}
+		}
+	}
+	jobs := make([]job, len(ext))
+	for i, x := range ext {
+		idx := x.Idx
+		if idx == nil {
+			idx = x.Set.All(0)
+		}
+		jobs[i] = job{s: extendScript, set: x.Set, idx: idx, orig: i,
+			head:  []string{x.Who.Holder, x.Who.Lease, strconv.FormatInt(x.TTL.Milliseconds(), 10)},
+			holds: x.Who.Lease != ""}
+	}
+	return e.ownerChecked(ctx, jobs, w)
+}
+
+// ownerChecked runs release or extend jobs, whose scripts return the
+// positions of the keys the lease did not hold. Calls that reached a node
+// which no longer serves their slots wrote nothing; they are planned again
+// and resent.
+func (e *Engine) ownerChecked(ctx context.Context, jobs []job, w *waitAfter) []protocol.OwnerResult {
+	out := make([]protocol.OwnerResult, len(jobs))
+	errs := make([][]error, len(jobs))
+	pending := jobs
+	for round := 0; len(pending) > 0; round++ {
+		calls, gen, perr := e.plan(ctx, pending, e.perSlot.Load())
+		if perr != nil {
+			for _, j := range pending {
+				errs[j.orig] = append(errs[j.orig], perr)
+				out[j.orig].Failed = append(out[j.orig].Failed, j.idx...)
+			}
+			break
+		}
+		res, waits := e.exec(ctx, calls, pending, w)
+		short := shortNodes(waits, w)
+		lostReply := false
+		retry := map[int][]int{} // job (in pending) -> indexes to resend
+		for ci, res := range res {
+			c := calls[ci]
+			j := pending[c.job]
+			k := j.orig
+			pos, err := decodePositions(res, len(c.idx))
+			if err != nil {
+				ne, refused := classify(j.s, c, err)
+				if refused {
+					e.perSlot.Store(true)
+				}
+				if ne.Kind == rediserr.ErrStaleTopology && !c.perSlot {
+					e.markSlotMode(c.node)
+				}
+				lostReply = lostReply || ne.Kind == rediserr.ErrUnknownOutcome
+				if (refused || ne.Kind == rediserr.ErrStaleTopology) && round < maxStaleRetries {
+					retry[c.job] = append(retry[c.job], c.idx...)
+				} else {
+					errs[k] = append(errs[k], ne)
+					out[k].Failed = append(out[k].Failed, c.idx...)
+				}
+				continue
+			}
+			for _, p := range pos {
+				out[k].Lost = append(out[k].Lost, c.idx[p])
+			}
+			if s, ok := short[c.node]; ok {
+				errs[k] = append(errs[k], &protocol.ReplicaError{Want: w.replicas, Shortfalls: []protocol.ReplicaShortfall{s}})
+				out[k].Failed = append(out[k].Failed, c.idx...)
+			}
+		}
+		if len(retry) == 0 {
+			if lostReply {
+				// A dead master, perhaps: read the map again for the next
+				// renewal (bounded by ctx, coalesced with other callers).
+				_, _ = e.topo.Refresh(ctx, gen)
+			}
+			break
+		}
+		if _, rerr := e.topo.Refresh(ctx, gen); rerr != nil && ctx.Err() != nil {
+			for ji, idx := range retry {
+				k := pending[ji].orig
+				errs[k] = append(errs[k], rerr)
+				out[k].Failed = append(out[k].Failed, idx...)
+			}
+			break
+		}
+		if err := protocol.SleepCtx(ctx, protocol.Backoff(round)); err != nil {
+			for ji, idx := range retry {
+				k := pending[ji].orig
+				errs[k] = append(errs[k], err)
+				out[k].Failed = append(out[k].Failed, idx...)
+			}
+			break
+		}
+		next := make([]job, 0, len(retry))
+		for ji, idx := range retry {
+			j := pending[ji]
+			slices.Sort(idx)
+			j.idx = idx
+			next = append(next, j)
+		}
+		pending = next
+	}
+	for k := range out {
+		slices.Sort(out[k].Lost)
+		slices.Sort(out[k].Failed)
+		out[k].Err = errors.Join(errs[k]...)
+	}
+	return out
+}
+
+// shortNodes returns the nodes whose WAIT reply came back short (or not at
+// all), by address.
+func shortNodes(waits map[string]rueidis.RedisResult, w *waitAfter) map[string]protocol.ReplicaShortfall {
+	if w == nil {
+		return nil
+	}
+	short := map[string]protocol.ReplicaShortfall{}
+	for node, r := range waits {
+		acked, err := r.AsInt64()
+		if err != nil || int(acked) < w.replicas {
+			short[node] = protocol.ReplicaShortfall{Node: node, Acked: int(acked)}
+		}
+	}
+	return short
+}

@@ -1,0 +1,141 @@
+package batch
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/rueidis"
+
+	"github.com/slotlock/slotlock/internal/protocol"
+	"github.com/slotlock/slotlock/internal/rediserr"
+	"github.com/slotlock/slotlock/slot"
+)
+
+// job is one script over some keys of one set.
+type job struct {
+	s    *script
+	set  *protocol.Set
+	idx  []int    // ascending set indexes
+	head []string // ARGV before the keys
+	orig int      // position among the jobs of the operation
+	// In slot form the script also touches these keys of the slot; they
+	// are declared after the lock keys so that Redis applies its migration
+	// rules to them too.
+	fence bool // the slot's fencing counter
+	holds bool // each lock key's hold set (reentrant leases)
+}
+
+// call is one script invocation: the keys of one job on one node, or on
+// one slot of it.
+type call struct {
+	job     int
+	node    string
+	idx     []int
+	perSlot bool
+}
+
+// plan groups each job's keys by the master that owns their slot, and by
+// slot too in per-slot mode.
+func (e *Engine) plan(ctx context.Context, jobs []job, perSlot bool) ([]call, uint64, error) {
+	gen := e.topo.Generation()
+	m, err := e.topo.Current(ctx)
+	if err != nil {
+		return nil, gen, err
+	}
+	n := len(m.Addrs)
+	var calls []call
+	start := make([]int, n+1)
+	next := make([]int, n)
+	for ji, j := range jobs {
+		// Counting sort of the indexes by owner: canonical order survives
+		// inside each node.
+		clear(start)
+		for _, i := range j.idx {
+			o := m.Owner(j.set.Keys[i].Slot)
+			if o < 0 {
+				return nil, gen, fmt.Errorf("%w: key %q", slot.ErrUncovered, j.set.Keys[i].Name)
+			}
+			start[o+1]++
+		}
+		for i := 1; i <= n; i++ {
+			start[i] += start[i-1]
+		}
+		sorted := make([]int, len(j.idx))
+		copy(next, start[:n])
+		for _, i := range j.idx {
+			o := m.Owner(j.set.Keys[i].Slot)
+			sorted[next[o]] = i
+			next[o]++
+		}
+		for o := range n {
+			group := sorted[start[o]:start[o+1]]
+			if len(group) == 0 {
+				continue
+			}
+			if !perSlot && !e.inSlotMode(m.Addrs[o]) {
+				calls = append(calls, call{job: ji, node: m.Addrs[o], idx: group})
+				continue
+			}
+			for a := 0; a < len(group); {
+				b := a + 1
+				for b < len(group) && j.set.Keys[group[b]].Slot == j.set.Keys[group[a]].Slot {
+					b++
+				}
+				calls = append(calls, call{job: ji, node: m.Addrs[o], idx: group[a:b], perSlot: true})
+				a = b
+			}
+		}
+	}
+	return calls, gen, nil
+}
+
+// build makes the EVALSHA (or EVAL) command of one call. In node form the
+// first lock key is declared (it routes the call to the node that owns it)
+// and all keys travel in ARGV after head; in slot form all keys are
+// declared.
+func (e *Engine) build(c call, j job, eval bool) rueidis.Completed {
+	b := e.client.B()
+	s, set := j.s, j.set
+	if c.perSlot {
+		keys := make([]string, 0, 2*len(c.idx)+1)
+		for _, i := range c.idx {
+			keys = append(keys, set.Lock[i])
+		}
+		if j.fence {
+			keys = append(keys, set.FenceKey(c.idx[0]))
+		}
+		if j.holds {
+			for _, i := range c.idx {
+				keys = append(keys, set.HoldKey(i))
+			}
+		}
+		args := make([]string, 0, len(j.head)+2)
+		args = append(args, j.head...)
+		args = append(args, "", strconv.Itoa(len(c.idx)))
+		if eval {
+			return b.Eval().Script(s.slotText).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+		}
+		return b.Evalsha().Sha1(s.slotSHA).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	}
+	args := make([]string, len(j.head)+len(c.idx))
+	copy(args, j.head)
+	for k, i := range c.idx {
+		args[len(j.head)+k] = set.Lock[i]
+	}
+	route := set.Lock[c.idx[0]]
+	if eval {
+		return b.Eval().Script(s.nodeText).Numkeys(1).Key(route).Arg(args...).Build()
+	}
+	return b.Evalsha().Sha1(s.nodeSHA).Numkeys(1).Key(route).Arg(args...).Build()
+}
+
+// classify turns a failed call's error into a NodeError of the right kind.
+// It reports whether the server refused the allow-cross-slot-keys flag.
+func classify(s *script, c call, err error) (ne *protocol.NodeError, flagRefused bool) {
+	ne = protocol.NewNodeError(c.node, s.name, len(c.idx), err)
+	if _, ok := err.(noNodeClient); ok {
+		ne.Kind = rediserr.ErrStaleTopology
+	}
+	return ne, !c.perSlot && rediserr.FlagRefused(err)
+}

@@ -1,0 +1,33 @@
+package lockval
+
+import "testing"
+
+func TestParse(t *testing.T) {
+	cases := []struct {
+		v      string
+		holder string
+		fence  int64
+		marked bool
+	}{
+		{"tok", "tok", 0, false},
+		{"tok!", "tok", 0, true},
+		{"tok.42", "tok", 42, false},
+		{"tok.42!", "tok", 42, true},
+		{Format("tok", 7) + Mark, "tok", 7, true},
+	}
+	for _, c := range cases {
+		if h, f, m := Holder(c.v), Fence(c.v), Marked(c.v); h != c.holder || f != c.fence || m != c.marked {
+			t.Errorf("%q: got (%q, %d, %v), want (%q, %d, %v)", c.v, h, f, m, c.holder, c.fence, c.marked)
+		}
+	}
+}
+
+func TestOfPlain(t *testing.T) {
+	for v, want := range map[string]bool{
+		"tok": true, "tok!": true, "tok.3": false, "tokX": false, "to": false, "tok!!": false, "": false, "other": false, // a fenced Lua value ("tok.3") is never a pipeline lease's
+	} {
+		if got := OfPlain(v, "tok"); got != want {
+			t.Errorf("OfPlain(%q, tok) = %v, want %v", v, got, want)
+		}
+	}
+}

@@ -1,0 +1,391 @@
+package protocol
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Strategy is what a lock strategy offers the protocol: one attempt, an
+// owner-checked release and extension of some keys, and a wait for one key.
+// Everything else (which keys an acquisition keeps, what it gives back,
+// when it waits, gives up or retries) is decided here, once.
+type Strategy interface {
+	// Attempt tries to take keys from..Len()-1 of set. With Prefix, each
+	// node takes its keys up to its first conflict; with AllOrNothing,
+	// all of a node's keys or none. A key the lease already holds counts
+	// as taken. An error reply means the command that got it wrote
+	// nothing; a lost reply leaves its keys Unknown.
+	Attempt(ctx context.Context, set *Set, from int, r *Request, opt AttemptOptions) Attempt
+	// Release deletes, owner-checked, the keys idx (ascending; nil: all)
+	// that who still holds, and says which were no longer held and which
+	// it could not settle.
+	Release(ctx context.Context, set *Set, idx []int, who Who) OwnerResult
+	// Extend gives the keys idx (ascending) a new expiry of ttl,
+	// owner-checked, likewise.
+	Extend(ctx context.Context, set *Set, idx []int, who Who, ttl time.Duration) OwnerResult
+	// Wait returns when key i, held by another (c), may be free, or after
+	// at most limit; context.Cause(ctx) when ctx ends first. attempt counts
+	// the waits for the same key.
+	Wait(ctx context.Context, set *Set, i int, c Conflict, attempt int, limit time.Duration) error
+	// RefreshesHeld reports whether an attempt that finds a key the lease
+	// holds gives it the attempt's expiry (the Lua scripts do; SET NX
+	// cannot). If it does, every attempt sends every key, and the keys
+	// end with the last attempt's expiry at no extra cost; if not,
+	// attempts start at the first key not yet held, and the protocol
+	// renews the kept keys itself while it waits and at the grant.
+	RefreshesHeld() bool
+}
+
+// The guarantees, and why they hold.
+//
+// All or nothing. An acquisition returns with every key held or with none
+// held by it. Every key an attempt may have written (Held, Kept or Unknown)
+// is remembered as touched until an owner-checked release says it is gone;
+// on any failure the touched keys are released, owner-checked, on a
+// context detached from the caller's and bounded by Request.CleanupTimeout.
+// A key whose rollback cannot reach its node stays until its TTL, carrying
+// a token nobody else has.
+//
+// No deadlock. Lock takes keys in canonical order (slot, then bytes: a
+// total order that does not depend on the topology). After each attempt,
+// the first key f not held decides: everything held above f is given back
+// (trim) before the wait can matter, and the lease waits for f only. So a
+// waiter only ever holds keys below the one it waits for. A cycle of
+// waiters would need each to hold a key below the one it waits for and
+// above the one the next waits for; the order is total, so there is none.
+// The trim waits for nothing: it is an owner-checked release, which no
+// lock can block.
+//
+// No livelock, no starvation by smaller batches. A waiter keeps its prefix
+// (the keys below f), and each attempt can only extend it, or find a kept
+// key lost (expired, deleted by an operator): progress is monotone while
+// the lease keeps its keys alive. It does: with RefreshesHeld every
+// attempt re-expires the prefix, otherwise the protocol renews it once a
+// third of the TTL has passed; and no wait is longer than a third of the
+// TTL while a prefix is held.
+//
+// Across processes there is no queue: when a key is released, the waiters
+// that wake race for it. Fairness there is measured, not proved
+// (docs/safety.md).
+
+// maxTopologyRetries bounds TryLock's silent retries when a slot moved
+// under it or a reply was lost: that is not a conflict, so it should not
+// surface as one.
+const maxTopologyRetries = 5
+
+// acquisition is what one TryLock or Lock remembers between attempts.
+type acquisition struct {
+	s   Strategy
+	set *Set
+	r   *Request
+	// since[i] is a moment before key i last got its expiry, for the keys
+	// that may be the lease's (zero otherwise).
+	since []time.Time
+	// touched[i]: an attempt may have written key i and no release has
+	// cleared it since; what a rollback must cover.
+	touched []bool
+	// With MinReplicas: acked[i] is how many replicas acknowledged the
+	// write that last gave key i its expiry (-1: enough), on master
+	// node[i].
+	acked []int
+	node  []string
+}
+
+func newAcquisition(s Strategy, set *Set, r *Request) *acquisition {
+	n := set.Len()
+	q := &acquisition{s: s, set: set, r: r, since: make([]time.Time, n), touched: make([]bool, n)}
+	if r.MinReplicas > 0 {
+		q.acked, q.node = make([]int, n), make([]string, n)
+		for i := range q.acked {
+			q.acked[i] = -1
+		}
+	}
+	return q
+}
+
+// record notes what attempt a, sent at t0 over keys from.., did.
+func (q *acquisition) record(a *Attempt, from int, t0 time.Time) {
+	for i := from; i < len(a.State); i++ {
+		switch a.State[i] {
+		case NotHeld:
+			continue
+		case Held:
+			q.since[i] = t0
+			if q.acked != nil && i < len(a.Node) {
+				q.acked[i], q.node[i] = -1, a.Node[i]
+				if acked, ok := a.Short[a.Node[i]]; ok {
+					q.acked[i] = acked
+				}
+			}
+		case Kept, Unknown:
+			if q.since[i].IsZero() {
+				q.since[i] = t0 // a lost reply: the write, if it ran, ran after t0
+			}
+		}
+		q.touched[i] = true
+	}
+}
+
+// renew gives the keys idx the TTL again (owner-checked) and returns the
+// smallest index it could not confirm as still the lease's (Len() when
+// all were), and the error it met.
+func (q *acquisition) renew(ctx context.Context, idx []int) (int, error) {
+	if len(idx) == 0 {
+		return q.set.Len(), nil
+	}
+	t := time.Now()
+	res := q.s.Extend(ctx, q.set, idx, q.r.Who, q.r.TTL)
+	bad := q.set.Len()
+	if len(res.Lost) > 0 {
+		bad = res.Lost[0]
+	}
+	if len(res.Failed) > 0 {
+		bad = min(bad, res.Failed[0])
+	}
+	for _, i := range idx {
+		if !slices.Contains(res.Lost, i) && !slices.Contains(res.Failed, i) {
+			q.since[i] = t
+		}
+	}
+	return bad, res.Err
+}
+
+// finish turns an attempt at t0 that holds every key into a Grant. Keys
+// kept from earlier attempts are renewed first, so that every key expires
+// no earlier than t0 plus the TTL. It returns the first key found lost by
+// that renewal (or Len()) and its error.
+func (q *acquisition) finish(ctx context.Context, a *Attempt, t0 time.Time) (Grant, int, error) {
+	var old []int
+	for i, s := range q.since {
+		if s.Before(t0) {
+			old = append(old, i)
+		}
+	}
+	if bad, err := q.renew(ctx, old); bad < q.set.Len() || err != nil {
+		return Grant{}, bad, err
+	}
+	g := Grant{Deadline: t0.Add(q.r.TTL), Fences: a.Fences}
+	short := q.shortfalls()
+	if len(short) == 0 {
+		return g, q.set.Len(), nil
+	}
+	rerr := &ReplicaError{Want: q.r.MinReplicas, Shortfalls: short}
+	if q.r.WarnOnReplicas {
+		g.Warning = rerr
+		return g, q.set.Len(), nil
+	}
+	return Grant{}, q.set.Len(), errors.Join(rerr, q.rollback(ctx))
+}
+
+// shortfalls gathers, per master, the fewest acknowledgements among the
+// writes of the keys held.
+func (q *acquisition) shortfalls() []ReplicaShortfall {
+	var out []ReplicaShortfall
+	for i, acked := range q.acked {
+		if acked < 0 {
+			continue
+		}
+		k := slices.IndexFunc(out, func(s ReplicaShortfall) bool { return s.Node == q.node[i] })
+		if k < 0 {
+			out = append(out, ReplicaShortfall{Node: q.node[i], Acked: acked})
+		} else if acked < out[k].Acked {
+			out[k].Acked = acked
+		}
+	}
+	slices.SortFunc(out, func(x, y ReplicaShortfall) int { return strings.Compare(x.Node, y.Node) })
+	return out
+}
+
+// touchedAbove returns the touched keys above f.
+func (q *acquisition) touchedAbove(f int) []int {
+	var out []int
+	for i := f + 1; i < len(q.touched); i++ {
+		if q.touched[i] {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// release gives back the keys idx, owner-checked, on a context detached
+// from ctx and bounded by the cleanup timeout, and forgets them when the
+// release answered for all of them.
+func (q *acquisition) release(ctx context.Context, idx []int) error {
+	if len(idx) == 0 {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), q.r.CleanupTimeout)
+	defer cancel()
+	res := q.s.Release(rctx, q.set, idx, q.r.Who)
+	for _, i := range idx {
+		if slices.Contains(res.Failed, i) {
+			continue // may still be ours: a later rollback tries again
+		}
+		q.touched[i], q.since[i] = false, time.Time{}
+		if q.acked != nil {
+			q.acked[i] = -1
+		}
+	}
+	return res.Err
+}
+
+// rollback releases every touched key.
+func (q *acquisition) rollback(ctx context.Context) error {
+	if err := q.release(ctx, q.touchedAbove(-1)); err != nil {
+		return &Wrapped{Msg: "rollback (keys expire by their TTL)", Err: err}
+	}
+	return nil
+}
+
+// giveUp ends a failed acquisition: everything touched is rolled back.
+func (q *acquisition) giveUp(ctx context.Context, cause error) (Grant, error) {
+	return Grant{}, errors.Join(cause, q.rollback(ctx))
+}
+
+// TryLock makes one attempt to take every key of set, all or nothing: on
+// any failure it releases, owner-checked, whatever the attempt took. A
+// moved slot or a lost reply is retried (with the refreshed slot map, up to
+// maxTopologyRetries times, and only once the rollback answered); a
+// conflict is not: it comes back as a *ConflictError.
+func TryLock(ctx context.Context, s Strategy, set *Set, r *Request) (Grant, error) {
+	q := newAcquisition(s, set, r)
+	for round := 0; ; round++ {
+		t0 := time.Now()
+		a := s.Attempt(ctx, set, 0, r, AttemptOptions{Mode: AllOrNothing, First: round == 0})
+		q.record(&a, 0, t0)
+		var err error
+		if a.FirstFailure(0) == set.Len() {
+			var g Grant
+			var bad int
+			if g, bad, err = q.finish(ctx, &a, t0); bad == set.Len() {
+				return g, err
+			}
+		}
+		rbErr := q.rollback(ctx)
+		if len(a.Conflicts) > 0 {
+			return Grant{}, errors.Join(conflictError(set, a.Conflicts), a.Err, err, rbErr)
+		}
+		if ctx.Err() != nil {
+			return Grant{}, errors.Join(context.Cause(ctx), a.Err, err, rbErr)
+		}
+		failure := errors.Join(a.Err, err)
+		if (failure == nil || Transient(failure)) && rbErr == nil && round < maxTopologyRetries {
+			// A moved slot, a lost reply, or a key lost between the
+			// attempt and its renewal: not a conflict; again, shortly.
+			if err := SleepCtx(ctx, Backoff(round)); err != nil {
+				return Grant{}, err
+			}
+			continue
+		}
+		return Grant{}, errors.Join(failure, rbErr)
+	}
+}
+
+// Lock takes every key of set, waiting as long as ctx allows, in canonical
+// order (see the guarantees above).
+func Lock(ctx context.Context, s Strategy, set *Set, r *Request) (Grant, error) {
+	n := set.Len()
+	q := newAcquisition(s, set, r)
+	held := 0 // keys [0, held) are the lease's, as far as the last attempt knows
+	waits, lastWait := 0, -1
+	for first := true; ; first = false {
+		if ctx.Err() != nil {
+			return q.giveUp(ctx, context.Cause(ctx))
+		}
+		from := held
+		if s.RefreshesHeld() {
+			from = 0
+		} else if held > 0 && time.Since(oldest(q.since[:held])) > r.TTL/3 {
+			// A long wait: keep the prefix from expiring under us.
+			bad, err := q.renew(ctx, set.All(0)[:held])
+			if err != nil && !Transient(err) {
+				return q.giveUp(ctx, err)
+			}
+			held = min(held, bad)
+			from = held
+		}
+		t0 := time.Now()
+		a := s.Attempt(ctx, set, from, r, AttemptOptions{Mode: Prefix, First: first})
+		q.record(&a, from, t0)
+		f := a.FirstFailure(from)
+		failure := a.Err
+		if f == n {
+			g, bad, err := q.finish(ctx, &a, t0)
+			if bad == n {
+				return g, err
+			}
+			f, failure = bad, errors.Join(failure, err)
+		}
+		if failure != nil && !Transient(failure) {
+			// A failure waiting will not fix (a refused script, a wrong
+			// type at a lock key): give back all.
+			return q.giveUp(ctx, failure)
+		}
+		if ctx.Err() != nil {
+			return q.giveUp(ctx, errors.Join(context.Cause(ctx), failure))
+		}
+
+		// Give back what lies above the first failure; it runs while we
+		// wait, since nothing it does can block on us.
+		above := q.touchedAbove(f)
+		held = f
+		trimmed := make(chan struct{})
+		go func() {
+			defer close(trimmed)
+			_ = q.release(ctx, above) // what it cannot release stays touched
+		}()
+
+		// No wait is longer than a third of the TTL while a prefix is
+		// held: the prefix must not expire while we wait.
+		limit := MaxWait
+		if held > 0 {
+			limit = max(r.TTL/3, time.Millisecond)
+		}
+		var werr error
+		if c, ok := conflictAt(a.Conflicts, f); ok {
+			if f != lastWait {
+				waits, lastWait = 0, f
+			}
+			werr = s.Wait(ctx, set, f, c, waits, limit)
+		} else {
+			// A moved slot, a lost reply or a lost prefix key at f: the
+			// strategy refreshed its slot map; try again shortly.
+			werr = SleepCtx(ctx, min(Backoff(waits), limit))
+		}
+		waits++
+		<-trimmed
+		if werr != nil {
+			return q.giveUp(ctx, werr)
+		}
+	}
+}
+
+func conflictError(set *Set, cs []Conflict) *ConflictError {
+	out := &ConflictError{Conflicts: make([]KeyConflict, len(cs))}
+	for i, c := range cs {
+		out.Conflicts[i] = KeyConflict{Key: set.Keys[c.Index].Name, TTL: c.TTL}
+	}
+	return out
+}
+
+func conflictAt(cs []Conflict, idx int) (Conflict, bool) {
+	for _, c := range cs {
+		if c.Index == idx {
+			return c, true
+		}
+	}
+	return Conflict{}, false
+}
+
+func oldest(ts []time.Time) time.Time {
+	o := ts[0]
+	for _, t := range ts[1:] {
+		if t.Before(o) {
+			o = t
+		}
+	}
+	return o
+}

@@ -1,0 +1,132 @@
+// Package rediserr is the one place that reads Redis's and rueidis's error
+// replies: it sorts the failure of one command into the three kinds the
+// engines act on (nothing ran and a fresh slot map will fix it; the reply
+// was lost and the command may have run; any other error reply), and it
+// recognises the few refusals the library reacts to (scripts denied, a
+// script flag refused, a conditional command missing). Every match on
+// Redis's error text is here, with the server behaviour it relies on.
+package rediserr
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/redis/rueidis"
+)
+
+// The kinds of a failed command. Their messages are the library's own:
+// the root package exports them under the same names.
+var (
+	// ErrRedis is an error reply: the command did not run, or ran and
+	// failed before writing (scripts check every key before they write).
+	ErrRedis = errors.New("slotlock: redis error")
+	// ErrUnknownOutcome is a command whose reply never came (connection
+	// lost, deadline): it may or may not have run.
+	ErrUnknownOutcome = errors.New("slotlock: outcome unknown")
+	// ErrStaleTopology is a command that reached a node which no longer
+	// serves (all of) its keys' slots: nothing of it was written, and a
+	// fresh slot map will route it right.
+	ErrStaleTopology = errors.New("slotlock: topology changed")
+)
+
+// Kind returns ErrRedis, ErrUnknownOutcome or ErrStaleTopology for the
+// non-nil error of one command. A nil reply (rueidis.Nil) is a reply, not a
+// lost one: callers that accept nil replies test IsNil first.
+func Kind(err error) error {
+	if _, isRedis := rueidis.IsRedisErr(err); !isRedis {
+		return ErrUnknownOutcome
+	}
+	if IsStale(err) {
+		return ErrStaleTopology
+	}
+	return ErrRedis
+}
+
+// Lost reports whether err is neither nil, nor an error reply, nor a nil
+// reply: the connection failed or the context ended before the reply came.
+// (rueidis.IsRedisErr(rueidis.Nil) is false, so "not a Redis error" alone
+// would count a nil reply as lost.)
+func Lost(err error) bool {
+	if err == nil || rueidis.IsRedisNil(err) {
+		return false
+	}
+	_, isRedis := rueidis.IsRedisErr(err)
+	return !isRedis
+}
+
+// IsNil reports whether err is the nil reply (GET of a missing key, SET NX
+// of an existing one).
+func IsNil(err error) bool { return rueidis.IsRedisNil(err) }
+
+// IsStale reports whether an error reply says the slot map used to route a
+// command no longer matches the cluster: the keys live elsewhere now, or a
+// slot is in the middle of a migration.
+func IsStale(err error) bool {
+	if err == nil {
+		return false
+	}
+	if re, ok := rueidis.IsRedisErr(err); ok {
+		if _, moved := re.IsMoved(); moved {
+			return true
+		}
+		if _, ask := re.IsAsk(); ask {
+			return true
+		}
+		if re.IsTryAgain() || re.IsClusterDown() {
+			return true
+		}
+	}
+	msg := err.Error()
+	// A script that touches a key of a slot this node no longer serves
+	// (or serves only through ASKING) fails with "non local key"; nothing
+	// it would have written after that point was written.
+	return strings.Contains(msg, "non local key") ||
+		strings.Contains(msg, "do not hash to the same slot") ||
+		strings.Contains(msg, "CROSSSLOT") ||
+		strings.Contains(msg, "TRYAGAIN") ||
+		strings.HasPrefix(msg, "MOVED ") ||
+		strings.HasPrefix(msg, "ASK ") ||
+		strings.HasPrefix(msg, "CLUSTERDOWN")
+}
+
+// IsNoScript reports a NOSCRIPT reply: the node's script cache does not
+// have the script (a restart, a freshly promoted replica); EVAL will do.
+func IsNoScript(err error) bool {
+	re, ok := rueidis.IsRedisErr(err)
+	return ok && re.IsNoScript()
+}
+
+// ScriptsDenied reports an error reply saying the server refuses scripts
+// at all: an ACL without @scripting (NOPERM), or a server or proxy that
+// does not know EVAL/EVALSHA. A refused script wrote nothing.
+func ScriptsDenied(err error) bool {
+	if _, ok := rueidis.IsRedisErr(err); !ok {
+		return false
+	}
+	msg := err.Error()
+	return strings.HasPrefix(msg, "NOPERM") ||
+		strings.Contains(msg, "unknown command") && strings.Contains(strings.ToLower(msg), "eval")
+}
+
+// FlagRefused reports an error reply refusing a script's shebang flags:
+// Redis 7 answers "Unexpected flag in script shebang" to a flag it does not
+// know, and proxies that parse scripts say "shebang" too. Nothing ran.
+func FlagRefused(err error) bool {
+	_, ok := rueidis.IsRedisErr(err)
+	return ok && strings.Contains(err.Error(), "shebang")
+}
+
+// CommandRefused reports an error reply saying the server does not have (or
+// will not let this user run) a command or one of its options: NOPERM, an
+// unknown command, a syntax error for an option it does not know (SET ...
+// IFEQ before Valkey 8.1 and Redis 8.4). Nothing ran.
+func CommandRefused(err error) bool {
+	re, ok := rueidis.IsRedisErr(err)
+	if !ok {
+		return false
+	}
+	msg := re.Error()
+	return strings.HasPrefix(msg, "NOPERM") ||
+		strings.Contains(msg, "unknown command") ||
+		strings.Contains(msg, "syntax error")
+}
