@@ -256,7 +256,7 @@ func TestFencingTokensStrictlyIncrease(t *testing.T) {
 
 	// A holder that dies without releasing (its keys expire): the next
 	// grant still gets a larger token.
-	crashed := e.locker(slotlock.Options{TTL: 50 * time.Millisecond, Fencing: true})
+	crashed := e.locker(slotlock.Options{TTL: 50 * time.Millisecond, Renew: slotlock.RenewNever, Fencing: true})
 	dead, err := crashed.Lock(ctx, space[0])
 	require.NoError(t, err)
 	deadTok, _ := dead.FencingToken(space[0])

@@ -252,7 +252,7 @@ func TestReleaseAfterExpiryLeavesTheNewOwner(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			short := e.locker(slotlock.Options{TTL: 50 * time.Millisecond, PerSlot: m.perSlot})
+			short := e.locker(slotlock.Options{TTL: 50 * time.Millisecond, Renew: slotlock.RenewNever, PerSlot: m.perSlot})
 			long := e.locker(slotlock.Options{TTL: 10 * time.Second, PerSlot: m.perSlot})
 			ctx := ctxT(t, 30*time.Second)
 			keys := keysN("exp", 30)
@@ -282,7 +282,7 @@ func TestReleaseAfterExpiryLeavesTheNewOwner(t *testing.T) {
 func TestExtend(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	l := e.locker(slotlock.Options{TTL: 2 * time.Second})
+	l := e.locker(slotlock.Options{TTL: 2 * time.Second, Renew: slotlock.RenewNever})
 	requireExtendThenLoss(t, e, l, ctxT(t, 30*time.Second))
 }
 

@@ -387,7 +387,7 @@ func TestPipelineStrategy(t *testing.T) {
 	t.Run("release after expiry leaves the new owner", func(t *testing.T) {
 		t.Parallel()
 		e := noLuaEnv(t, c)
-		short := e.locker(slotlock.Options{TTL: 50 * time.Millisecond, Strategy: slotlock.StrategyPipeline})
+		short := e.locker(slotlock.Options{TTL: 50 * time.Millisecond, Renew: slotlock.RenewNever, Strategy: slotlock.StrategyPipeline})
 		long := e.locker(slotlock.Options{TTL: 10 * time.Second, Strategy: slotlock.StrategyPipeline})
 		keys := keysN("exp", 30)
 		a, err := short.Lock(ctx, keys...)
@@ -413,7 +413,7 @@ func TestPipelineStrategy(t *testing.T) {
 	t.Run("extend", func(t *testing.T) {
 		t.Parallel()
 		e := noLuaEnv(t, c)
-		l := e.locker(slotlock.Options{TTL: 2 * time.Second, Strategy: slotlock.StrategyPipeline})
+		l := e.locker(slotlock.Options{TTL: 2 * time.Second, Renew: slotlock.RenewNever, Strategy: slotlock.StrategyPipeline})
 		requireExtendThenLoss(t, e, l, ctx)
 	})
 

@@ -159,4 +159,3 @@ func (e *Engine) oneKeyErr(node string, err error) error {
 	}
 	return err
 }
-

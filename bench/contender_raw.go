@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/slotlock/slotlock/batch"
+	"github.com/slotlock/slotlock/internal/protocol"
 )
 
 // rawFactory is the ceiling: every SET NX PX of the batch in one DoMulti
@@ -70,7 +70,7 @@ func (c *rawContender) Lock(ctx context.Context, keys []string) (Held, error) {
 		if firstErr != nil {
 			return nil, firstErr
 		}
-		if err := batch.SleepCtx(ctx, backoff(attempt)); err != nil {
+		if err := protocol.SleepCtx(ctx, backoff(attempt)); err != nil {
 			return nil, err
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/bsm/redislock"
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/slotlock/slotlock/batch"
+	"github.com/slotlock/slotlock/internal/protocol"
 	"github.com/slotlock/slotlock/slot"
 )
 
@@ -65,7 +65,7 @@ func (c *redislockContender) Lock(ctx context.Context, keys []string) (Held, err
 		if !errors.Is(err, redislock.ErrNotObtained) {
 			return nil, err
 		}
-		if err := batch.SleepCtx(ctx, backoff(attempt)); err != nil {
+		if err := protocol.SleepCtx(ctx, backoff(attempt)); err != nil {
 			return nil, err
 		}
 	}

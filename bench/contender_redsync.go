@@ -11,7 +11,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/redis/rueidis/rueidiscompat"
 
-	"github.com/slotlock/slotlock/batch"
+	"github.com/slotlock/slotlock/internal/protocol"
 )
 
 // redsyncFactory uses one redsync mutex per key over redsync's rueidis pool
@@ -66,7 +66,7 @@ func (c *redsyncContender) Lock(ctx context.Context, keys []string) (Held, error
 		if !errors.As(err, &taken) && !errors.Is(err, redsync.ErrFailed) {
 			return nil, err
 		}
-		if err := batch.SleepCtx(ctx, backoff(attempt)); err != nil {
+		if err := protocol.SleepCtx(ctx, backoff(attempt)); err != nil {
 			return nil, err
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/redis/rueidis/rueidislock"
 
-	"github.com/slotlock/slotlock/batch"
+	"github.com/slotlock/slotlock/internal/protocol"
 )
 
 // rueidislockPrefix is rueidislock's default key prefix; with KeyMajority 1
@@ -101,7 +101,7 @@ func (c *rueidislockContender) Lock(ctx context.Context, keys []string) (Held, e
 		}
 		c.stalls.Add(1)
 		h.cancelAll()
-		if err := batch.SleepCtx(ctx, backoff(attempt)); err != nil {
+		if err := protocol.SleepCtx(ctx, backoff(attempt)); err != nil {
 			return nil, err
 		}
 	}

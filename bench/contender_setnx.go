@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/slotlock/slotlock/batch"
+	"github.com/slotlock/slotlock/internal/protocol"
 )
 
 //go:embed scripts/release.lua
@@ -66,7 +66,7 @@ func (c *setnxContender) Lock(ctx context.Context, keys []string) (Held, error) 
 		if err != nil {
 			return nil, err
 		}
-		if err := batch.SleepCtx(ctx, backoff(attempt)); err != nil {
+		if err := protocol.SleepCtx(ctx, backoff(attempt)); err != nil {
 			return nil, err
 		}
 	}

@@ -4,13 +4,13 @@
 //
 // A lock key holds a string:
 //
-//	holder ['.' fence] ['!']
+//		holder ['.' fence] ['!']
 //
-//   - holder: the lease token, or for reentrant leases the owner token
-//     (base64url: never '.', '!' or '#');
-//   - fence: the decimal fencing token of the grant, when fencing is on;
-//   - '!': a waiter's mark; the release of a marked key publishes a
-//     wake-up on the sharded channel named like the key.
+//	  - holder: the lease token, or for reentrant leases the owner token
+//	    (base64url: never '.', '!' or '#');
+//	  - fence: the decimal fencing token of the grant, when fencing is on;
+//	  - '!': a waiter's mark; the release of a marked key publishes a
+//	    wake-up on the sharded channel named like the key.
 package lockval
 
 import (
