@@ -40,10 +40,21 @@ func ExampleNew() {
 	// Output: ready
 }
 
+// newExampleLocker is the setup every example repeats in a service: one
+// Locker per client, closed when the service stops.
+func newExampleLocker(client rueidis.Client, opt slotlock.Options) *slotlock.Locker {
+	locker, err := slotlock.New(client, opt)
+	if err != nil {
+		panic(err) // errors.Is(err, slotlock.ErrInvalid): the message names the option
+	}
+	return locker
+}
+
 func ExampleLocker_Lock() {
 	client := exampleClient()
 	defer client.Close()
-	locker, _ := slotlock.New(client, slotlock.Options{Prefix: "example-lock"})
+	locker := newExampleLocker(client, slotlock.Options{Prefix: "example-lock"})
+	defer locker.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 
@@ -65,14 +76,19 @@ func ExampleLocker_Lock() {
 func ExampleLocker_TryLock() {
 	client := exampleClient()
 	defer client.Close()
-	locker, _ := slotlock.New(client, slotlock.Options{Prefix: "example-try"})
-	other, _ := slotlock.New(client, slotlock.Options{Prefix: "example-try"})
+	locker := newExampleLocker(client, slotlock.Options{Prefix: "example-try"})
+	defer locker.Close()
+	other := newExampleLocker(client, slotlock.Options{Prefix: "example-try"})
+	defer other.Close()
 	ctx := context.Background()
 
-	held, _ := other.Lock(ctx, "order:7")
+	held, err := other.Lock(ctx, "order:7")
+	if err != nil {
+		panic(err)
+	}
 	defer held.Release(ctx)
 
-	_, err := locker.TryLock(ctx, "order:6", "order:7", "order:8")
+	_, err = locker.TryLock(ctx, "order:6", "order:7", "order:8")
 	var conflict *slotlock.ConflictError
 	if errors.As(err, &conflict) {
 		for _, c := range conflict.Conflicts {
@@ -88,10 +104,14 @@ func ExampleLocker_TryLock() {
 func ExampleLease_Release() {
 	client := exampleClient()
 	defer client.Close()
-	locker, _ := slotlock.New(client, slotlock.Options{Prefix: "example-release"})
+	locker := newExampleLocker(client, slotlock.Options{Prefix: "example-release"})
+	defer locker.Close()
 	ctx := context.Background()
 
-	lease, _ := locker.Lock(ctx, "invoice:1", "invoice:2")
+	lease, err := locker.Lock(ctx, "invoice:1", "invoice:2")
+	if err != nil {
+		panic(err)
+	}
 	fmt.Println(lease.Release(ctx))
 	fmt.Println(lease.Release(ctx)) // idempotent
 	// Output:
@@ -102,10 +122,15 @@ func ExampleLease_Release() {
 func ExampleLease_Extend() {
 	client := exampleClient()
 	defer client.Close()
-	locker, _ := slotlock.New(client, slotlock.Options{Prefix: "example-extend", TTL: 5 * time.Second})
+	// A lease that is not renewed lives for its TTL unless extended.
+	locker := newExampleLocker(client, slotlock.Options{Prefix: "example-extend", TTL: 5 * time.Second, Renew: slotlock.RenewNever})
+	defer locker.Close()
 	ctx := context.Background()
 
-	lease, _ := locker.Lock(ctx, "job:42")
+	lease, err := locker.Lock(ctx, "job:42")
+	if err != nil {
+		panic(err)
+	}
 	defer lease.Release(ctx)
 	if err := lease.Extend(ctx, time.Minute); err != nil {
 		// errors.Is(err, slotlock.ErrNotHeld): some key expired first.
@@ -115,10 +140,35 @@ func ExampleLease_Extend() {
 	// Output: 1m0s
 }
 
+func ExampleLease_Context() {
+	client := exampleClient()
+	defer client.Close()
+	locker := newExampleLocker(client, slotlock.Options{Prefix: "example-context"})
+	defer locker.Close()
+	ctx := context.Background()
+
+	lease, err := locker.Lock(ctx, "report:2026-11")
+	if err != nil {
+		panic(err)
+	}
+	// Work under lctx stops when the lease ends: released, or lost (a key
+	// expired, or an operator deleted it).
+	lctx, cancel := lease.Context(ctx)
+	defer cancel()
+
+	if err := lease.Release(ctx); err != nil {
+		panic(err)
+	}
+	<-lctx.Done()
+	fmt.Println(context.Cause(lctx))
+	// Output: slotlock: lease released
+}
+
 func ExampleLocker_Do() {
 	client := exampleClient()
 	defer client.Close()
-	locker, _ := slotlock.New(client, slotlock.Options{Prefix: "example-do"})
+	locker := newExampleLocker(client, slotlock.Options{Prefix: "example-do"})
+	defer locker.Close()
 	ctx := context.Background()
 
 	err := locker.Do(ctx, []string{"account:1", "account:2"}, func(ctx context.Context) error {
@@ -131,10 +181,65 @@ func ExampleLocker_Do() {
 	// <nil>
 }
 
+func ExampleWithOwner() {
+	client := exampleClient()
+	defer client.Close()
+	locker := newExampleLocker(client, slotlock.Options{Prefix: "example-owner"})
+	defer locker.Close()
+	ctx := slotlock.WithOwner(context.Background(), "request-81")
+
+	outer, err := locker.Lock(ctx, "cart:5", "stock:9")
+	if err != nil {
+		panic(err)
+	}
+	// The same owner takes a key it holds again (a nested call), without
+	// waiting for itself; another owner would wait.
+	inner, err := locker.Lock(ctx, "stock:9")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(inner.Release(ctx)) // one hold of stock:9 is left
+	_, err = locker.TryLock(slotlock.WithOwner(context.Background(), "request-82"), "stock:9")
+	fmt.Println(errors.Is(err, slotlock.ErrNotAcquired))
+	fmt.Println(outer.Release(ctx)) // the last hold: the keys are free
+	// Output:
+	// <nil>
+	// true
+	// <nil>
+}
+
+func ExampleLease_FencingToken() {
+	client := exampleClient()
+	defer client.Close()
+	locker := newExampleLocker(client, slotlock.Options{Prefix: "example-fence", Fencing: true})
+	defer locker.Close()
+	ctx := context.Background()
+
+	first, err := locker.Lock(ctx, "ledger:1")
+	if err != nil {
+		panic(err)
+	}
+	t1, _ := first.FencingToken("ledger:1")
+	if err := first.Release(ctx); err != nil {
+		panic(err)
+	}
+	second, err := locker.Lock(ctx, "ledger:1")
+	if err != nil {
+		panic(err)
+	}
+	defer second.Release(ctx)
+	t2, _ := second.FencingToken("ledger:1")
+	// A store that keeps the largest token it has seen per key and refuses
+	// writes with a smaller one is safe from a holder that was paused past
+	// its lease.
+	fmt.Println(t2 > t1)
+	// Output: true
+}
+
 func ExampleLease_Guard() {
 	client := exampleClient()
 	defer client.Close()
-	locker, _ := slotlock.New(client, slotlock.Options{Prefix: "example-guard"})
+	locker := newExampleLocker(client, slotlock.Options{Prefix: "example-guard"})
 	defer locker.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -156,7 +261,10 @@ func ExampleLease_Guard() {
 	if err != nil {
 		panic(err)
 	}
-	v, _ := client.Do(ctx, client.B().Get().Key(order).Build()).ToString()
+	v, err := client.Do(ctx, client.B().Get().Key(order).Build()).ToString()
+	if err != nil {
+		panic(err)
+	}
 	fmt.Println(v, reply.IsNil())
 	// Output: paid true
 }

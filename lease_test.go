@@ -411,3 +411,45 @@ func TestRenewalSurvivesATransientFailure(t *testing.T) {
 	require.True(t, time.Until(lease.Deadline()) > ttl/2, "renewed since the pause")
 	require.NoError(t, lease.Release(ctx))
 }
+
+// TestRenewalIsTheDefault: a Locker given a TTL and nothing else renews its
+// leases until they are released (before, a TTL turned renewal off and the
+// lease expired mid-work).
+func TestRenewalIsTheDefault(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const ttl = 300 * time.Millisecond
+	l := e.locker(slotlock.Options{TTL: ttl})
+	ctx := ctxT(t, 30*time.Second)
+	lease, err := l.Lock(ctx, "renew-default")
+	require.NoError(t, err)
+	select {
+	case <-lease.Done():
+		t.Fatalf("lease ended: %v", lease.Err())
+	case <-time.After(5 * ttl): // without renewal it ends after one TTL
+	}
+	require.NoError(t, lease.Err())
+	require.NoError(t, lease.Release(ctx))
+}
+
+// TestRenewalKeepsAnExtension: a renewal after Lease.Extend never brings the
+// keys' expiry back below the deadline the lease reports.
+func TestRenewalKeepsAnExtension(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const ttl = 300 * time.Millisecond
+	l := e.locker(slotlock.Options{TTL: ttl})
+	ctx := ctxT(t, 30*time.Second)
+	lease, err := l.Lock(ctx, "renew-ext")
+	require.NoError(t, err)
+	require.NoError(t, lease.Extend(ctx, 10*time.Second))
+	names, _ := slot.NewNamer(e.prefix)
+	// Let several renewals (every TTL/3) run, then read the key's expiry.
+	time.Sleep(4 * ttl)
+	require.NoError(t, lease.Err())
+	pttl, err := e.client.Do(ctx, e.client.B().Pttl().Key(names.LockKey("renew-ext")).Build()).AsInt64()
+	require.NoError(t, err)
+	require.Greater(t, pttl, int64(8_000), "a renewal shortened the extension")
+	require.WithinDuration(t, time.Now().Add(time.Duration(pttl)*time.Millisecond), lease.Deadline(), time.Second)
+	require.NoError(t, lease.Release(ctx))
+}

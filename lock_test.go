@@ -149,11 +149,28 @@ func TestBadInputLeavesNothing(t *testing.T) {
 		{"TTL below 1ms", func() error { _, err := slotlock.New(e.client, slotlock.Options{TTL: time.Microsecond}); return err }, slotlock.ErrInvalid},
 		{"prefix with brace", func() error { _, err := slotlock.New(e.client, slotlock.Options{Prefix: "a{"}); return err }, slotlock.ErrInvalid},
 		{"negative MaxKeys", func() error { _, err := slotlock.New(e.client, slotlock.Options{MaxKeys: -1}); return err }, slotlock.ErrInvalid},
+		{"pipeline with fencing", func() error {
+			_, err := slotlock.New(e.client, slotlock.Options{Strategy: slotlock.StrategyPipeline, Fencing: true})
+			return err
+		}, slotlock.ErrInvalid},
+		{"pipeline per slot", func() error {
+			_, err := slotlock.New(e.client, slotlock.Options{Strategy: slotlock.StrategyPipeline, PerSlot: true})
+			return err
+		}, slotlock.ErrInvalid},
+		{"warn without replicas", func() error {
+			_, err := slotlock.New(e.client, slotlock.Options{WarnOnReplicas: true})
+			return err
+		}, slotlock.ErrInvalid},
 	}
 	for _, tt := range tests {
 		err := tt.call()
 		require.ErrorIs(t, err, tt.want, tt.name)
+		require.True(t, strings.HasPrefix(err.Error(), "slotlock:"), "%s: %q", tt.name, err)
 	}
+	// Option refusals name both options.
+	_, err := slotlock.New(e.client, slotlock.Options{Strategy: slotlock.StrategyPipeline, Fencing: true})
+	require.ErrorContains(t, err, "Fencing")
+	require.ErrorContains(t, err, "pipeline")
 	lease, err := l.Lock(ctx, "a")
 	require.NoError(t, err)
 	require.ErrorIs(t, lease.Extend(ctx, 0), slotlock.ErrInvalid)

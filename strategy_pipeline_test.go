@@ -470,9 +470,9 @@ func TestPipelineStrategy(t *testing.T) {
 		require.ErrorIs(t, err, slotlock.ErrUnsupported, "reentrancy")
 		_, err = l.TryLock(slotlock.WithOwner(ctx, "job-1"), "r")
 		require.ErrorIs(t, err, slotlock.ErrUnsupported, "reentrancy")
-		fenced := e.locker(slotlock.Options{TTL: 10 * time.Second, Strategy: slotlock.StrategyPipeline, Fencing: true})
-		_, err = fenced.Lock(ctx, "f")
-		require.ErrorIs(t, err, slotlock.ErrUnsupported, "fencing")
+		// Fencing with the pipeline strategy can never work: New refuses it.
+		_, err = slotlock.New(e.client, slotlock.Options{Prefix: e.prefix, Strategy: slotlock.StrategyPipeline, Fencing: true})
+		require.ErrorIs(t, err, slotlock.ErrInvalid, "fencing")
 		require.Empty(t, e.lockKeys(), "refused before anything was sent")
 
 		order := e.prefix + ":order:42"

@@ -136,8 +136,9 @@ func (w *watchdog) tick() (failed bool) {
 // renewBatch extends leases of one engine in one round trip per node.
 func (w *watchdog) renewBatch(eng engine, renew []*Lease) (failed bool) {
 	jobs := make([]protocol.ExtendJob, len(renew))
+	now := time.Now()
 	for i, le := range renew {
-		jobs[i] = protocol.ExtendJob{Set: le.set, Who: le.who, TTL: w.l.opt.TTL,
+		jobs[i] = protocol.ExtendJob{Set: le.set, Who: le.who, TTL: renewTTL(w.l.opt.TTL, le.Deadline(), now),
 			MinReplicas: w.l.opt.MinReplicas, ReplicaTimeout: w.l.opt.ReplicaTimeout}
 	}
 	// Bounded by the period: a renewal that takes longer than that is
@@ -152,7 +153,7 @@ func (w *watchdog) renewBatch(eng engine, renew []*Lease) (failed bool) {
 		case len(r.Lost) > 0:
 			le.lose(r.Lost)
 		case r.Err == nil:
-			le.renewed(t0.Add(w.l.opt.TTL))
+			le.renewed(t0.Add(jobs[i].TTL))
 		default:
 			failed = true
 			if !time.Now().Before(le.Deadline()) {
@@ -161,4 +162,16 @@ func (w *watchdog) renewBatch(eng engine, renew []*Lease) (failed bool) {
 		}
 	}
 	return failed
+}
+
+// renewTTL is the expiry a renewal at now gives a lease whose deadline is
+// deadline: the Locker's TTL, or more if Lease.Extend pushed the deadline
+// further. A renewal never brings a key's expiry before the deadline the
+// lease reports (TestRenewalKeepsAnExtension).
+func renewTTL(ttl time.Duration, deadline, now time.Time) time.Duration {
+	// Rounded up to Redis's millisecond: never a hair short.
+	if left := (deadline.Sub(now) + time.Millisecond - 1).Truncate(time.Millisecond); left > ttl {
+		return left
+	}
+	return ttl
 }
