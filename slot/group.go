@@ -71,15 +71,3 @@ func SlotRuns(keys []Key, fn func(slot uint16, run []Key) bool) {
 		i = j
 	}
 }
-
-// CountSlots returns the number of distinct slots in keys (in canonical
-// order).
-func CountSlots(keys []Key) int {
-	n := 0
-	for i := range keys {
-		if i == 0 || keys[i].Slot != keys[i-1].Slot {
-			n++
-		}
-	}
-	return n
-}

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -217,33 +216,3 @@ func readSlots(ctx context.Context, c rueidis.Client) (*slot.Map, error) {
 	return m, nil
 }
 
-// IsStale reports whether a Redis error says the slot map used to route a
-// command no longer matches the cluster: the keys of the call live
-// elsewhere now, or a slot is in the middle of a migration.
-func IsStale(err error) bool {
-	if err == nil {
-		return false
-	}
-	if re, ok := rueidis.IsRedisErr(err); ok {
-		if _, moved := re.IsMoved(); moved {
-			return true
-		}
-		if _, ask := re.IsAsk(); ask {
-			return true
-		}
-		if re.IsTryAgain() || re.IsClusterDown() {
-			return true
-		}
-	}
-	msg := err.Error()
-	// A script that touches a key of a slot this node no longer serves
-	// (or serves only through ASKING) fails with this text; nothing it
-	// would have written after that point was written.
-	return strings.Contains(msg, "non local key") ||
-		strings.Contains(msg, "do not hash to the same slot") ||
-		strings.Contains(msg, "CROSSSLOT") ||
-		strings.Contains(msg, "TRYAGAIN") ||
-		strings.HasPrefix(msg, "MOVED ") ||
-		strings.HasPrefix(msg, "ASK ") ||
-		strings.HasPrefix(msg, "CLUSTERDOWN")
-}

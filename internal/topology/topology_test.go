@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/slotlock/slotlock/internal/redistest"
+	"github.com/slotlock/slotlock/internal/rediserr"
 	"github.com/slotlock/slotlock/internal/topology"
 	"github.com/slotlock/slotlock/slot"
 )
@@ -105,6 +106,8 @@ func TestStandaloneOwnsEverySlot(t *testing.T) {
 	}
 }
 
+// TestIsStale checks rediserr.IsStale, the rule the engines refresh this
+// package's map by, against texts and a real MOVED from the cluster.
 func TestIsStale(t *testing.T) {
 	stale := []string{
 		"MOVED 3999 127.0.0.1:6381",
@@ -114,13 +117,13 @@ func TestIsStale(t *testing.T) {
 		"ERR Script attempted to access a non local key in a cluster node script: x",
 	}
 	for _, msg := range stale {
-		require.True(t, topology.IsStale(redisErr(msg)), msg)
+		require.True(t, rediserr.IsStale(redisErr(msg)), msg)
 	}
 	for _, msg := range []string{"NOPERM no", "WRONGTYPE Operation against a key", "ERR unknown command"} {
-		require.False(t, topology.IsStale(redisErr(msg)), msg)
+		require.False(t, rediserr.IsStale(redisErr(msg)), msg)
 	}
-	require.False(t, topology.IsStale(nil))
-	require.False(t, topology.IsStale(errors.New("connection reset")))
+	require.False(t, rediserr.IsStale(nil))
+	require.False(t, rediserr.IsStale(errors.New("connection reset")))
 
 	// A real MOVED, as a *rueidis.RedisError: a key asked of a node that
 	// does not own its slot.
@@ -133,7 +136,7 @@ func TestIsStale(t *testing.T) {
 			err := n.Do(ctx, "GET", "k").Error()
 			_, isRedis := rueidis.IsRedisErr(err)
 			require.True(t, isRedis, "%v", err)
-			require.True(t, topology.IsStale(err), "%v", err)
+			require.True(t, rediserr.IsStale(err), "%v", err)
 			break
 		}
 	}
