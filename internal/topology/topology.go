@@ -215,4 +215,3 @@ func readSlots(ctx context.Context, c rueidis.Client) (*slot.Map, error) {
 	}
 	return m, nil
 }
-

@@ -11,8 +11,8 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
-	"github.com/slotlock/slotlock/internal/redistest"
 	"github.com/slotlock/slotlock/internal/rediserr"
+	"github.com/slotlock/slotlock/internal/redistest"
 	"github.com/slotlock/slotlock/internal/topology"
 	"github.com/slotlock/slotlock/slot"
 )
