@@ -418,7 +418,9 @@ func TestRenewalSurvivesATransientFailure(t *testing.T) {
 func TestRenewalIsTheDefault(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	const ttl = 300 * time.Millisecond
+	// A TTL a loaded machine's renewals still meet (see
+	// TestWatchdogKeepsLeaseAlive).
+	const ttl = time.Second
 	l := e.locker(slotlock.Options{TTL: ttl})
 	ctx := ctxT(t, 30*time.Second)
 	lease, err := l.Lock(ctx, "renew-default")
@@ -426,7 +428,7 @@ func TestRenewalIsTheDefault(t *testing.T) {
 	select {
 	case <-lease.Done():
 		t.Fatalf("lease ended: %v", lease.Err())
-	case <-time.After(5 * ttl): // without renewal it ends after one TTL
+	case <-time.After(3 * ttl): // without renewal it ends after one TTL
 	}
 	require.NoError(t, lease.Err())
 	require.NoError(t, lease.Release(ctx))
@@ -437,19 +439,19 @@ func TestRenewalIsTheDefault(t *testing.T) {
 func TestRenewalKeepsAnExtension(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	const ttl = 300 * time.Millisecond
+	const ttl = time.Second
 	l := e.locker(slotlock.Options{TTL: ttl})
 	ctx := ctxT(t, 30*time.Second)
 	lease, err := l.Lock(ctx, "renew-ext")
 	require.NoError(t, err)
-	require.NoError(t, lease.Extend(ctx, 10*time.Second))
+	require.NoError(t, lease.Extend(ctx, 20*time.Second))
 	names, _ := slot.NewNamer(e.prefix)
 	// Let several renewals (every TTL/3) run, then read the key's expiry.
-	time.Sleep(4 * ttl)
+	time.Sleep(3 * ttl)
 	require.NoError(t, lease.Err())
 	pttl, err := e.client.Do(ctx, e.client.B().Pttl().Key(names.LockKey("renew-ext")).Build()).AsInt64()
 	require.NoError(t, err)
-	require.Greater(t, pttl, int64(8_000), "a renewal shortened the extension")
+	require.Greater(t, pttl, int64(15_000), "a renewal shortened the extension")
 	require.WithinDuration(t, time.Now().Add(time.Duration(pttl)*time.Millisecond), lease.Deadline(), time.Second)
 	require.NoError(t, lease.Release(ctx))
 }
