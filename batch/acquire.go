@@ -125,16 +125,15 @@ func (e *Engine) Attempt(ctx context.Context, set *protocol.Set, from int, r *pr
 			if !granted[node] {
 				continue
 			}
-			acked, err := res.AsInt64()
+			n, err := res.AsInt64()
 			if err != nil {
-				errs = append(errs, &protocol.NodeError{Node: node, Op: "wait", Kind: rediserr.ErrUnknownOutcome, Err: err})
-				acked = 0
+				errs = append(errs, protocol.NewNodeError(node, "wait", 0, err))
 			}
-			if int(acked) < r.MinReplicas {
+			if acked, short := protocol.Acked(n, err, r.MinReplicas); short {
 				if a.Short == nil {
 					a.Short = map[string]int{}
 				}
-				a.Short[node] = int(acked)
+				a.Short[node] = acked
 			}
 		}
 		if stale {

@@ -192,9 +192,9 @@ func shortNodes(waits map[string]rueidis.RedisResult, w *waitAfter) map[string]p
 	}
 	short := map[string]protocol.ReplicaShortfall{}
 	for node, r := range waits {
-		acked, err := r.AsInt64()
-		if err != nil || int(acked) < w.replicas {
-			short[node] = protocol.ReplicaShortfall{Node: node, Acked: int(acked)}
+		n, err := r.AsInt64()
+		if acked, isShort := protocol.Acked(n, err, w.replicas); isShort {
+			short[node] = protocol.ReplicaShortfall{Node: node, Acked: acked}
 		}
 	}
 	return short

@@ -100,16 +100,15 @@ func (e *Engine) Attempt(ctx context.Context, set *protocol.Set, from int, r *pr
 		if !granted[o] {
 			continue
 		}
-		acked, err := res[n-from+k].AsInt64()
+		got, err := res[n-from+k].AsInt64()
 		if err != nil {
 			errs.add(m.Addrs[o], fmt.Errorf("WAIT: %w", err))
-			acked = 0
 		}
-		if int(acked) < r.MinReplicas {
+		if acked, short := protocol.Acked(got, err, r.MinReplicas); short {
 			if a.Short == nil {
 				a.Short = map[string]int{}
 			}
-			a.Short[m.Addrs[o]] = int(acked)
+			a.Short[m.Addrs[o]] = acked
 		}
 	}
 

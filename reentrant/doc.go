@@ -7,4 +7,7 @@
 // lock key and in its slot (see hold.lua), so every script stays
 // single-slot and a batch that mixes keys the owner holds with free keys is
 // still taken as one.
+//
+// It is for the root package (owner identity) and the Lua strategy (the
+// hold-set Lua, composed into every script).
 package reentrant

@@ -145,3 +145,13 @@ type OwnerResult struct {
 	Failed []int
 	Err    error
 }
+
+// Acked reads a WAIT reply, as every strategy must: a WAIT that failed
+// (no reply, an error) acknowledged nothing. It returns how many replicas
+// acknowledged and whether that is fewer than want.
+func Acked(n int64, err error, want int) (acked int, short bool) {
+	if err != nil {
+		return 0, true
+	}
+	return int(n), int(n) < want
+}
