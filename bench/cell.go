@@ -21,6 +21,13 @@ type Cell struct {
 	// the first Hot keys. Otherwise each worker draws from its own share
 	// of the whole keyspace and no two workers ever want the same key.
 	Hot int
+	// RTT is the round trip that the contender's connections add
+	// (latency.Conn); zero is plain loopback.
+	RTT time.Duration
+	// Procs > 0 runs the workers in that many separate processes, W/Procs
+	// each, every process with its own client and contender (see
+	// RunProcs).
+	Procs int
 }
 
 // Mode is "contended" or "uncontended".
@@ -31,9 +38,31 @@ func (c Cell) Mode() string {
 	return "uncontended"
 }
 
-// Name is the sub-benchmark name, in benchstat's key=value form.
+// Name is the sub-benchmark name, in benchstat's key=value form. The
+// round trip and the process count are added only when set, so that the
+// loopback cells keep the names earlier runs have (benchstat matches by
+// name).
 func (c Cell) Name() string {
-	return fmt.Sprintf("mode=%s/lib=%s/K=%d/W=%d", c.Mode(), c.Contender, c.K, c.W)
+	s := fmt.Sprintf("mode=%s/lib=%s/K=%d/W=%d", c.Mode(), c.Contender, c.K, c.W)
+	if c.RTT > 0 {
+		s += "/rtt=" + RTTName(c.RTT)
+	}
+	if c.Procs > 0 {
+		s += fmt.Sprintf("/procs=%d", c.Procs)
+	}
+	return s
+}
+
+// RTTName spells a round trip for names and tables: 200us, 1ms, 0.
+func RTTName(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "0"
+	case d%time.Millisecond == 0:
+		return fmt.Sprintf("%dms", d/time.Millisecond)
+	default:
+		return fmt.Sprintf("%dus", d/time.Microsecond)
+	}
 }
 
 // Ks, Ws and the contended cell define the matrix.
@@ -155,6 +184,7 @@ func (e *Env) newRun(ctx context.Context, cell Cell, f Factory) (*Run, error) {
 	if err := e.reset(ctx); err != nil {
 		return nil, err
 	}
+	e = e.WithRTT(cell.RTT)
 	con, err := f.New(e, cell.W)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %s: %w", cell.Contender, err)
@@ -165,13 +195,14 @@ func (e *Env) newRun(ctx context.Context, cell Cell, f Factory) (*Run, error) {
 		space = cell.Hot
 	}
 	r.excl = newExclusion(space)
+	names := keyNames(e.prefix)
 	for w := range cell.W {
 		r.acqs = append(r.acqs, con.Acquirer(w))
 		seed := uint64(w)<<32 | uint64(cell.K)
 		if cell.Hot > 0 {
-			r.samplers = append(r.samplers, newSampler(seed, 0, 1, cell.Hot))
+			r.samplers = append(r.samplers, newSampler(names, seed, 0, 1, cell.Hot))
 		} else {
-			r.samplers = append(r.samplers, newSampler(seed, w, cell.W, Keyspace/cell.W))
+			r.samplers = append(r.samplers, newSampler(names, seed, w, cell.W, Keyspace/cell.W))
 		}
 	}
 	return r, nil
@@ -215,7 +246,7 @@ func (r *Run) Bench(ctx context.Context, b *testing.B) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.Timeout)
 	defer cancel()
-	cpu0, err := r.env.resetServerStats(ctx)
+	snap0, err := r.env.snapshot(ctx)
 	if err != nil {
 		fatal(err)
 	}
@@ -224,8 +255,10 @@ func (r *Run) Bench(ctx context.Context, b *testing.B) {
 	res := r.round(ctx, b.N, false)
 	b.StopTimer()
 	res.ClientCPU = ProcessCPU() - ru0
-	if res.Server, err = r.env.serverStats(ctx, cpu0); err != nil {
+	if snap1, err := r.env.snapshot(ctx); err != nil {
 		res.Err = errors.Join(res.Err, err)
+	} else {
+		res.Server = snap1.since(snap0)
 	}
 	if res.Err == nil && res.Violations > 0 {
 		res.Err = fmt.Errorf("%w: %d mutual exclusion violations", ErrNotHeld, res.Violations)
