@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"errors"
 	"os"
 	"testing"
@@ -13,6 +15,19 @@ import (
 var cluster *redistest.Cluster
 
 func TestMain(m *testing.M) {
+	// A worker process of TestProcs: the test binary re-executed.
+	if js := os.Getenv(EnvWorker); js != "" {
+		var spec WorkerSpec
+		if err := json.Unmarshal([]byte(js), &spec); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		if err := WorkerMain(context.Background(), spec, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	os.Exit(redistest.Main(m, redistest.Options{}, &cluster))
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -65,39 +66,98 @@ func RTTName(d time.Duration) string {
 	}
 }
 
-// Ks, Ws and the contended cell define the matrix.
+// The matrix: on loopback (RTT 0) every K of Ks at every W of Ws; behind
+// each emulated round trip of RTTs, the K of KsAt at one worker; the
+// contended cell on loopback and at ContendedRTT; and the contended cell
+// with slotlock's workers spread over separate processes (ProcsSplits).
 var (
-	Ks = []int{1, 10, 100, 1000}
-	Ws = []int{1, 16}
+	Ks   = []int{1, 10, 100, 1000}
+	Ws   = []int{1, 16}
+	RTTs = []time.Duration{0, 200 * time.Microsecond, time.Millisecond}
+	// ProcsSplits are the process counts of the contended cell's 16
+	// workers: 1 × 16, 4 × 4, 16 × 1.
+	ProcsSplits = []int{1, 4, 16}
 )
 
-// ContendedK and ContendedW shape the contended cell.
+// ContendedK and ContendedW shape the contended cell; ContendedRTT is the
+// round trip of its production-like variant (and of the process cells).
 const (
-	ContendedK = 10
-	ContendedW = 16
+	ContendedK   = 10
+	ContendedW   = 16
+	ContendedRTT = 200 * time.Microsecond
 )
 
-// Matrix lists every cell: uncontended by K, then W, then contender (so
-// that the contenders of one K and W run close in time), then contended.
+// KsAt is the batch sizes measured at a round trip: the whole of Ks on
+// loopback; 1, 100 and 1,000 behind a network, where the sequential peers
+// need a round trip per key and K = 10 would add little.
+func KsAt(rtt time.Duration) []int {
+	if rtt == 0 {
+		return Ks
+	}
+	return []int{1, 100, 1000}
+}
+
+// WsAt is the worker counts measured at a round trip.
+func WsAt(rtt time.Duration) []int {
+	if rtt == 0 {
+		return Ws
+	}
+	return []int{1}
+}
+
+// Contended is the contended cell of a contender at a round trip.
+func Contended(name string, rtt time.Duration) Cell {
+	return Cell{Contender: name, K: ContendedK, W: ContendedW, Hot: HotKeys, RTT: rtt}
+}
+
+// Matrix lists every cell: uncontended by round trip, K, then W, then
+// contender (so that the contenders of one K and W run close in time),
+// then contended, then the process cells.
 func Matrix() []Cell {
 	var out []Cell
-	for _, k := range Ks {
-		for _, w := range Ws {
-			for _, f := range Contenders {
-				out = append(out, Cell{Contender: f.Name, K: k, W: w})
+	for _, rtt := range RTTs {
+		for _, k := range KsAt(rtt) {
+			for _, w := range WsAt(rtt) {
+				for _, f := range Contenders {
+					out = append(out, Cell{Contender: f.Name, K: k, W: w, RTT: rtt})
+				}
 			}
 		}
 	}
-	for _, f := range Contenders {
-		out = append(out, Cell{Contender: f.Name, K: ContendedK, W: ContendedW, Hot: HotKeys})
+	for _, rtt := range []time.Duration{0, ContendedRTT} {
+		for _, f := range Contenders {
+			out = append(out, Contended(f.Name, rtt))
+		}
+	}
+	for _, p := range ProcsSplits {
+		c := Contended("slotlock", ContendedRTT)
+		c.Procs = p
+		out = append(out, c)
 	}
 	return out
 }
 
+// Observed says which cells run another client's GETs beside them (the
+// big batches, whose script calls may stall a node for everyone).
+func Observed(c Cell) bool { return c.K >= 1000 }
+
 // SlowInShort reports the cells that short runs (go test -short, the CI
 // smoke run) leave out: 16 workers with 1,000 keys each, where the
-// one-key-at-a-time peers take seconds per batch.
-func SlowInShort(c Cell) bool { return c.K == 1000 && c.W == 16 }
+// one-key-at-a-time peers take seconds per batch, and the one-key-at-a-time
+// peers at K = 1,000 behind a round trip (a second or more per batch at
+// 1 ms).
+func SlowInShort(c Cell) bool {
+	if c.K == 1000 && c.W == 16 {
+		return true
+	}
+	return c.K == 1000 && c.RTT > 0 && !BatchesKeys(c.Contender)
+}
+
+// BatchesKeys says whether a contender sends a batch's keys together
+// (slotlock and the raw pipeline) rather than one at a time.
+func BatchesKeys(name string) bool {
+	return name == "raw-pipeline" || strings.HasPrefix(name, "slotlock")
+}
 
 // Dist summarises a set of durations.
 type Dist struct {
@@ -127,6 +187,11 @@ type Result struct {
 	ClientCPU  time.Duration
 	Server     ServerStats
 	Violations int
+	// Others is the latency of another client's GETs during the timed
+	// round (Run.Observe): the cell's cost to everyone else on the
+	// cluster. OthersN counts them, OthersErrs the ones that failed.
+	Others             Dist
+	OthersN, OthersErr int
 	// Stalls counts acquisitions the benchmark gave up and retried
 	// because the contender made no progress on a free key (see
 	// StallAfter).
@@ -166,6 +231,18 @@ type Run struct {
 	// Timeout bounds one round: a stuck lock fails the cell instead of
 	// hanging the suite.
 	Timeout time.Duration
+	// firstWorker numbers this run's workers within a cell spread over
+	// processes, so that each process draws its own keys.
+	firstWorker int
+	// holds, when not nil, receives every batch's holding interval, for a
+	// parent process to check exclusion across processes (RunProcs).
+	holds [][]Hold
+	// until, when set, ends a round at that time instead of after n
+	// batches.
+	until time.Time
+	// Observe runs another client's GETs during each timed round (see
+	// observer) and reports their latency in Result.Others.
+	Observe bool
 	// Last is the result of the latest round.
 	Last Result
 }
@@ -184,12 +261,18 @@ func (e *Env) newRun(ctx context.Context, cell Cell, f Factory) (*Run, error) {
 	if err := e.reset(ctx); err != nil {
 		return nil, err
 	}
+	return e.setupRun(cell, f, 0)
+}
+
+// setupRun builds the contender and the workers firstWorker ... +W-1 of
+// cell, on the keyspace as it is.
+func (e *Env) setupRun(cell Cell, f Factory, firstWorker int) (*Run, error) {
 	e = e.WithRTT(cell.RTT)
 	con, err := f.New(e, cell.W)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %s: %w", cell.Contender, err)
 	}
-	r := &Run{env: e, cell: cell, con: con, Timeout: 3 * time.Minute}
+	r := &Run{env: e, cell: cell, con: con, Timeout: 3 * time.Minute, firstWorker: firstWorker}
 	space := Keyspace
 	if cell.Hot > 0 {
 		space = cell.Hot
@@ -198,7 +281,7 @@ func (e *Env) newRun(ctx context.Context, cell Cell, f Factory) (*Run, error) {
 	names := keyNames(e.prefix)
 	for w := range cell.W {
 		r.acqs = append(r.acqs, con.Acquirer(w))
-		seed := uint64(w)<<32 | uint64(cell.K)
+		seed := uint64(r.firstWorker+w)<<32 | uint64(cell.K)
 		if cell.Hot > 0 {
 			r.samplers = append(r.samplers, newSampler(names, seed, 0, 1, cell.Hot))
 		} else {
@@ -250,15 +333,30 @@ func (r *Run) Bench(ctx context.Context, b *testing.B) {
 	if err != nil {
 		fatal(err)
 	}
+	var obs *observer
+	if r.Observe {
+		if obs, err = r.env.startObserver(ctx); err != nil {
+			fatal(err)
+		}
+	}
 	ru0 := ProcessCPU()
 	b.ResetTimer()
 	res := r.round(ctx, b.N, false)
 	b.StopTimer()
 	res.ClientCPU = ProcessCPU() - ru0
+	if obs != nil {
+		res.Others, res.OthersN, res.OthersErr = obs.stop()
+	}
 	if snap1, err := r.env.snapshot(ctx); err != nil {
 		res.Err = errors.Join(res.Err, err)
 	} else {
 		res.Server = snap1.since(snap0)
+		// The observer's GETs are not the contender's work (their time,
+		// a few µs each, stays in Usec).
+		if n := int64(res.OthersN + res.OthersErr); n > 0 {
+			res.Server.ByCommand["get"] -= min(n, res.Server.ByCommand["get"])
+			res.Server.Calls -= min(n, res.Server.Calls)
+		}
 	}
 	if res.Err == nil && res.Violations > 0 {
 		res.Err = fmt.Errorf("%w: %d mutual exclusion violations", ErrNotHeld, res.Violations)
@@ -271,6 +369,10 @@ func (r *Run) Bench(ctx context.Context, b *testing.B) {
 	b.ReportMetric(res.KeysPerSec(), "keys/s")
 	b.ReportMetric(float64(res.Latency.P50.Microseconds()), "p50-us")
 	b.ReportMetric(float64(res.Latency.P99.Microseconds()), "p99-us")
+	if obs != nil {
+		b.ReportMetric(float64(res.Others.P99.Microseconds()), "others-p99-us")
+		b.ReportMetric(float64(res.Others.Max.Microseconds()), "others-max-us")
+	}
 	if r.cell.Hot > 0 {
 		b.ReportMetric(float64(res.Wait.P99.Microseconds())/1000, "wait-p99-ms")
 		b.ReportMetric(float64(res.Wait.Max.Microseconds())/1000, "wait-max-ms")
@@ -279,6 +381,12 @@ func (r *Run) Bench(ctx context.Context, b *testing.B) {
 
 // round runs n batches over the cell's workers.
 func (r *Run) round(ctx context.Context, n int, check bool) Result {
+	res, _, _ := r.roundSamples(ctx, n, check)
+	return res
+}
+
+// roundSamples is round, returning the latency and wait samples too.
+func (r *Run) roundSamples(ctx context.Context, n int, check bool) (Result, []time.Duration, []time.Duration) {
 	var (
 		next       atomic.Int64
 		stop       atomic.Bool
@@ -308,11 +416,15 @@ func (r *Run) round(ctx context.Context, n int, check bool) Result {
 	for w := range r.cell.W {
 		wg.Go(func() {
 			acq, s := r.acqs[w], r.samplers[w]
-			for !stop.Load() && next.Add(1) <= int64(n) {
+			for !stop.Load() && next.Add(1) <= int64(n) && (r.until.IsZero() || time.Now().Before(r.until)) {
 				keys, idx := s.next(r.cell.K)
 				t0 := time.Now()
 				h, err := acq.Lock(ctx, keys)
 				t1 := time.Now()
+				var t1mono int64
+				if r.holds != nil {
+					t1mono = monotonic()
+				}
 				if err != nil {
 					fail(fmt.Errorf("worker %d: lock: %w", w, err))
 					return
@@ -327,6 +439,9 @@ func (r *Run) round(ctx context.Context, n int, check bool) Result {
 					}
 				}
 				r.excl.unclaim(idx, w)
+				if r.holds != nil {
+					r.holds[w] = append(r.holds[w], newHold(r.firstWorker+w, t1mono, idx))
+				}
 				t2 := time.Now()
 				err = h.Release(ctx)
 				t3 := time.Now()
@@ -347,11 +462,11 @@ func (r *Run) round(ctx context.Context, n int, check bool) Result {
 	if res.Err != nil && res.Stalls > 0 {
 		res.Err = fmt.Errorf("%w (after %d stalled acquisitions, each abandoned after %v)", res.Err, res.Stalls, StallAfter)
 	}
-	res.Latency = distOf(slices.Concat(lat...))
-	allWaits := slices.Concat(wait...)
+	allLat, allWaits := slices.Concat(lat...), slices.Concat(wait...)
+	res.Latency = distOf(allLat)
 	res.Batches = len(allWaits)
 	res.Wait = distOf(allWaits)
-	return res
+	return res, allLat, allWaits
 }
 
 // ProcessCPU is the CPU time (user+sys) this process has used: the client

@@ -93,12 +93,8 @@ func Attach(ctx context.Context, addrs []string, prefix string) (*Env, error) {
 	if !prefixRE.MatchString(prefix) {
 		return nil, fmt.Errorf("bench: prefix %q: want letters, digits and :_.- only", prefix)
 	}
-	e := &Env{seeds: addrs, prefix: prefix, Wire: &latency.Stats{}}
-	probe, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
+	e, err := connect(ctx, addrs, prefix)
 	if err != nil {
-		return nil, fmt.Errorf("bench: connect to %v: %w", addrs, err)
-	}
-	if err := e.discover(ctx, probe); err != nil {
 		return nil, err
 	}
 	for _, m := range e.masters {
@@ -113,6 +109,16 @@ func Attach(ctx context.Context, addrs []string, prefix string) (*Env, error) {
 		}
 	}
 	return e, nil
+}
+
+// connect prepares an environment on the cluster at addrs as it is.
+func connect(ctx context.Context, addrs []string, prefix string) (*Env, error) {
+	e := &Env{seeds: addrs, prefix: prefix, Wire: &latency.Stats{}}
+	probe, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
+	if err != nil {
+		return nil, fmt.Errorf("bench: connect to %v: %w", addrs, err)
+	}
+	return e, e.discover(ctx, probe)
 }
 
 // discover finds every node of the cluster and which are masters.
