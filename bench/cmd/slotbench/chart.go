@@ -42,6 +42,8 @@ func writeChart(path string, rows []row) error {
 		// One scale for both panels, with a decade of room above the
 		// lines for the legend.
 		p.Y.Min, p.Y.Max = 1, 1e7
+		// Fixed, so that a panel with one K (-cells) still has a range.
+		p.X.Min, p.X.Max = 0.7, 1500
 		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 		p.Add(plotter.NewGrid())
