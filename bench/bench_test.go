@@ -2,7 +2,9 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -13,6 +15,19 @@ import (
 var cluster *redistest.Cluster
 
 func TestMain(m *testing.M) {
+	// A worker process of TestProcs: the test binary re-executed.
+	if js := os.Getenv(EnvWorker); js != "" {
+		var spec WorkerSpec
+		if err := json.Unmarshal([]byte(js), &spec); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		if err := WorkerMain(context.Background(), spec, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	os.Exit(redistest.Main(m, redistest.Options{}, &cluster))
 }
 
@@ -33,7 +48,8 @@ func BenchmarkLock(b *testing.B) {
 	env := newEnv(b)
 	ctx := context.Background()
 	for _, cell := range Matrix() {
-		if testing.Short() && SlowInShort(cell) {
+		// Process cells are not a testing.B: slotbench runs them.
+		if testing.Short() && SlowInShort(cell) || cell.Procs > 0 {
 			continue
 		}
 		run, err := env.NewRun(ctx, cell)

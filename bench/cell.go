@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -21,6 +22,13 @@ type Cell struct {
 	// the first Hot keys. Otherwise each worker draws from its own share
 	// of the whole keyspace and no two workers ever want the same key.
 	Hot int
+	// RTT is the round trip that the contender's connections add
+	// (latency.Conn); zero is plain loopback.
+	RTT time.Duration
+	// Procs > 0 runs the workers in that many separate processes, W/Procs
+	// each, every process with its own client and contender (see
+	// RunProcs).
+	Procs int
 }
 
 // Mode is "contended" or "uncontended".
@@ -31,44 +39,116 @@ func (c Cell) Mode() string {
 	return "uncontended"
 }
 
-// Name is the sub-benchmark name, in benchstat's key=value form.
+// Name is the sub-benchmark name, in benchstat's key=value form. The
+// round trip and the process count are added only when set, so that the
+// loopback cells keep the names earlier runs have (benchstat matches by
+// name).
 func (c Cell) Name() string {
-	return fmt.Sprintf("mode=%s/lib=%s/K=%d/W=%d", c.Mode(), c.Contender, c.K, c.W)
+	s := fmt.Sprintf("mode=%s/lib=%s/K=%d/W=%d", c.Mode(), c.Contender, c.K, c.W)
+	if c.RTT > 0 {
+		s += "/rtt=" + RTTName(c.RTT)
+	}
+	if c.Procs > 0 {
+		s += fmt.Sprintf("/procs=%d", c.Procs)
+	}
+	return s
 }
 
-// Ks, Ws and the contended cell define the matrix.
+// RTTName spells a round trip for names and tables: 200us, 1ms, 0.
+func RTTName(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "0"
+	case d%time.Millisecond == 0:
+		return fmt.Sprintf("%dms", d/time.Millisecond)
+	default:
+		return fmt.Sprintf("%dus", d/time.Microsecond)
+	}
+}
+
+// The matrix: on loopback (RTT 0) every K of Ks at every W of Ws; behind
+// each emulated round trip of RTTs, the K of KsAt at one worker; the
+// contended cell on loopback and at ContendedRTT; and the contended cell
+// with slotlock's workers spread over separate processes (ProcsSplits).
 var (
-	Ks = []int{1, 10, 100, 1000}
-	Ws = []int{1, 16}
+	Ks   = []int{1, 100, 1000}
+	Ws   = []int{1}
+	RTTs = []time.Duration{0, 200 * time.Microsecond, time.Millisecond}
+	// ProcsSplits are the process counts of the contended cell's 16
+	// workers: 1 × 16, 4 × 4, 16 × 1.
+	ProcsSplits = []int{1, 4, 16}
 )
 
-// ContendedK and ContendedW shape the contended cell.
+// ContendedK and ContendedW shape the contended cell; ContendedRTT is the
+// round trip of its production-like variant (and of the process cells).
 const (
-	ContendedK = 10
-	ContendedW = 16
+	ContendedK   = 10
+	ContendedW   = 16
+	ContendedRTT = 200 * time.Microsecond
 )
 
-// Matrix lists every cell: uncontended by K, then W, then contender (so
-// that the contenders of one K and W run close in time), then contended.
+// KsAt is the batch sizes measured at a round trip. Trimmed to fit make
+// bench in 12 minutes on 2 cores once the round trips were added: K = 10
+// and W = 16 (uncontended) are no longer measured by default; go test
+// -bench and -cells still reach any cell built from them.
+func KsAt(time.Duration) []int { return Ks }
+
+// WsAt is the worker counts measured at a round trip (see KsAt).
+func WsAt(time.Duration) []int { return Ws }
+
+// Contended is the contended cell of a contender at a round trip.
+func Contended(name string, rtt time.Duration) Cell {
+	return Cell{Contender: name, K: ContendedK, W: ContendedW, Hot: HotKeys, RTT: rtt}
+}
+
+// Matrix lists every cell: uncontended by round trip, K, then W, then
+// contender (so that the contenders of one K and W run close in time),
+// then contended, then the process cells.
 func Matrix() []Cell {
 	var out []Cell
-	for _, k := range Ks {
-		for _, w := range Ws {
-			for _, f := range Contenders {
-				out = append(out, Cell{Contender: f.Name, K: k, W: w})
+	for _, rtt := range RTTs {
+		for _, k := range KsAt(rtt) {
+			for _, w := range WsAt(rtt) {
+				for _, f := range Contenders {
+					out = append(out, Cell{Contender: f.Name, K: k, W: w, RTT: rtt})
+				}
 			}
 		}
 	}
-	for _, f := range Contenders {
-		out = append(out, Cell{Contender: f.Name, K: ContendedK, W: ContendedW, Hot: HotKeys})
+	for _, rtt := range []time.Duration{0, ContendedRTT} {
+		for _, f := range Contenders {
+			out = append(out, Contended(f.Name, rtt))
+		}
+	}
+	for _, p := range ProcsSplits {
+		c := Contended("slotlock", ContendedRTT)
+		c.Procs = p
+		out = append(out, c)
 	}
 	return out
 }
 
+// Observed says which cells run another client's GETs beside them (the
+// big batches, whose script calls may stall a node for everyone).
+func Observed(c Cell) bool { return c.K >= 1000 }
+
 // SlowInShort reports the cells that short runs (go test -short, the CI
 // smoke run) leave out: 16 workers with 1,000 keys each, where the
-// one-key-at-a-time peers take seconds per batch.
-func SlowInShort(c Cell) bool { return c.K == 1000 && c.W == 16 }
+// one-key-at-a-time peers take seconds per batch, and the one-key-at-a-time
+// peers at K = 1,000 behind a round trip (a second or more per batch at
+// 1 ms).
+func SlowInShort(c Cell) bool {
+	if c.K == 1000 && c.W == 16 {
+		return true
+	}
+	return c.K == 1000 && c.RTT > 0 && !BatchesKeys(c.Contender)
+}
+
+// BatchesKeys says whether a contender sends a batch's keys together
+// (slotlock and the raw pipeline) rather than one at a time.
+func BatchesKeys(name string) bool {
+	return name == "raw-pipeline" || strings.HasPrefix(name, "slotlock")
+}
 
 // Dist summarises a set of durations.
 type Dist struct {
@@ -98,6 +178,15 @@ type Result struct {
 	ClientCPU  time.Duration
 	Server     ServerStats
 	Violations int
+	// Others is the latency of another client's GETs during the timed
+	// round (Run.Observe): the cell's cost to everyone else on the
+	// cluster. OthersN counts them, OthersErrs the ones that failed.
+	Others             Dist
+	OthersN, OthersErr int
+	// WireWrites counts the chunks the contender's clients wrote through
+	// the delaying layer (RTT > 0 only): flushes, each one command or a
+	// pipelined burst to one node.
+	WireWrites int64
 	// Stalls counts acquisitions the benchmark gave up and retried
 	// because the contender made no progress on a free key (see
 	// StallAfter).
@@ -137,6 +226,18 @@ type Run struct {
 	// Timeout bounds one round: a stuck lock fails the cell instead of
 	// hanging the suite.
 	Timeout time.Duration
+	// firstWorker numbers this run's workers within a cell spread over
+	// processes, so that each process draws its own keys.
+	firstWorker int
+	// holds, when not nil, receives every batch's holding interval, for a
+	// parent process to check exclusion across processes (RunProcs).
+	holds [][]Hold
+	// until, when set, ends a round at that time instead of after n
+	// batches.
+	until time.Time
+	// Observe runs another client's GETs during each timed round (see
+	// observer) and reports their latency in Result.Others.
+	Observe bool
 	// Last is the result of the latest round.
 	Last Result
 }
@@ -155,23 +256,31 @@ func (e *Env) newRun(ctx context.Context, cell Cell, f Factory) (*Run, error) {
 	if err := e.reset(ctx); err != nil {
 		return nil, err
 	}
+	return e.setupRun(cell, f, 0)
+}
+
+// setupRun builds the contender and the workers firstWorker ... +W-1 of
+// cell, on the keyspace as it is.
+func (e *Env) setupRun(cell Cell, f Factory, firstWorker int) (*Run, error) {
+	e = e.WithRTT(cell.RTT)
 	con, err := f.New(e, cell.W)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %s: %w", cell.Contender, err)
 	}
-	r := &Run{env: e, cell: cell, con: con, Timeout: 3 * time.Minute}
+	r := &Run{env: e, cell: cell, con: con, Timeout: 3 * time.Minute, firstWorker: firstWorker}
 	space := Keyspace
 	if cell.Hot > 0 {
 		space = cell.Hot
 	}
 	r.excl = newExclusion(space)
+	names := keyNames(e.prefix)
 	for w := range cell.W {
 		r.acqs = append(r.acqs, con.Acquirer(w))
-		seed := uint64(w)<<32 | uint64(cell.K)
+		seed := uint64(r.firstWorker+w)<<32 | uint64(cell.K)
 		if cell.Hot > 0 {
-			r.samplers = append(r.samplers, newSampler(seed, 0, 1, cell.Hot))
+			r.samplers = append(r.samplers, newSampler(names, seed, 0, 1, cell.Hot))
 		} else {
-			r.samplers = append(r.samplers, newSampler(seed, w, cell.W, Keyspace/cell.W))
+			r.samplers = append(r.samplers, newSampler(names, seed, w, cell.W, Keyspace/cell.W))
 		}
 	}
 	return r, nil
@@ -215,17 +324,35 @@ func (r *Run) Bench(ctx context.Context, b *testing.B) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.Timeout)
 	defer cancel()
-	cpu0, err := r.env.resetServerStats(ctx)
+	snap0, err := r.env.snapshot(ctx)
 	if err != nil {
 		fatal(err)
 	}
-	ru0 := ProcessCPU()
+	var obs *observer
+	if r.Observe {
+		if obs, err = r.env.startObserver(ctx); err != nil {
+			fatal(err)
+		}
+	}
+	ru0, ww0 := ProcessCPU(), r.env.Wire.Writes.Load()
 	b.ResetTimer()
 	res := r.round(ctx, b.N, false)
 	b.StopTimer()
 	res.ClientCPU = ProcessCPU() - ru0
-	if res.Server, err = r.env.serverStats(ctx, cpu0); err != nil {
+	res.WireWrites = r.env.Wire.Writes.Load() - ww0
+	if obs != nil {
+		res.Others, res.OthersN, res.OthersErr = obs.stop()
+	}
+	if snap1, err := r.env.snapshot(ctx); err != nil {
 		res.Err = errors.Join(res.Err, err)
+	} else {
+		res.Server = snap1.since(snap0)
+		// The observer's GETs are not the contender's work (their time,
+		// a few µs each, stays in Usec).
+		if n := int64(res.OthersN + res.OthersErr); n > 0 {
+			res.Server.ByCommand["get"] -= min(n, res.Server.ByCommand["get"])
+			res.Server.Calls -= min(n, res.Server.Calls)
+		}
 	}
 	if res.Err == nil && res.Violations > 0 {
 		res.Err = fmt.Errorf("%w: %d mutual exclusion violations", ErrNotHeld, res.Violations)
@@ -238,6 +365,10 @@ func (r *Run) Bench(ctx context.Context, b *testing.B) {
 	b.ReportMetric(res.KeysPerSec(), "keys/s")
 	b.ReportMetric(float64(res.Latency.P50.Microseconds()), "p50-us")
 	b.ReportMetric(float64(res.Latency.P99.Microseconds()), "p99-us")
+	if obs != nil {
+		b.ReportMetric(float64(res.Others.P99.Microseconds()), "others-p99-us")
+		b.ReportMetric(float64(res.Others.Max.Microseconds()), "others-max-us")
+	}
 	if r.cell.Hot > 0 {
 		b.ReportMetric(float64(res.Wait.P99.Microseconds())/1000, "wait-p99-ms")
 		b.ReportMetric(float64(res.Wait.Max.Microseconds())/1000, "wait-max-ms")
@@ -246,6 +377,12 @@ func (r *Run) Bench(ctx context.Context, b *testing.B) {
 
 // round runs n batches over the cell's workers.
 func (r *Run) round(ctx context.Context, n int, check bool) Result {
+	res, _, _ := r.roundSamples(ctx, n, check)
+	return res
+}
+
+// roundSamples is round, returning the latency and wait samples too.
+func (r *Run) roundSamples(ctx context.Context, n int, check bool) (Result, []time.Duration, []time.Duration) {
 	var (
 		next       atomic.Int64
 		stop       atomic.Bool
@@ -275,11 +412,15 @@ func (r *Run) round(ctx context.Context, n int, check bool) Result {
 	for w := range r.cell.W {
 		wg.Go(func() {
 			acq, s := r.acqs[w], r.samplers[w]
-			for !stop.Load() && next.Add(1) <= int64(n) {
+			for !stop.Load() && next.Add(1) <= int64(n) && (r.until.IsZero() || time.Now().Before(r.until)) {
 				keys, idx := s.next(r.cell.K)
 				t0 := time.Now()
 				h, err := acq.Lock(ctx, keys)
 				t1 := time.Now()
+				var t1mono int64
+				if r.holds != nil {
+					t1mono = monotonic()
+				}
 				if err != nil {
 					fail(fmt.Errorf("worker %d: lock: %w", w, err))
 					return
@@ -294,6 +435,9 @@ func (r *Run) round(ctx context.Context, n int, check bool) Result {
 					}
 				}
 				r.excl.unclaim(idx, w)
+				if r.holds != nil {
+					r.holds[w] = append(r.holds[w], newHold(r.firstWorker+w, t1mono, idx))
+				}
 				t2 := time.Now()
 				err = h.Release(ctx)
 				t3 := time.Now()
@@ -314,11 +458,11 @@ func (r *Run) round(ctx context.Context, n int, check bool) Result {
 	if res.Err != nil && res.Stalls > 0 {
 		res.Err = fmt.Errorf("%w (after %d stalled acquisitions, each abandoned after %v)", res.Err, res.Stalls, StallAfter)
 	}
-	res.Latency = distOf(slices.Concat(lat...))
-	allWaits := slices.Concat(wait...)
+	allLat, allWaits := slices.Concat(lat...), slices.Concat(wait...)
+	res.Latency = distOf(allLat)
 	res.Batches = len(allWaits)
 	res.Wait = distOf(allWaits)
-	return res
+	return res, allLat, allWaits
 }
 
 // ProcessCPU is the CPU time (user+sys) this process has used: the client

@@ -22,7 +22,7 @@ var redislockFactory = Factory{
 	About: "bsm/redislock v0.10.0 over a go-redis v9 ClusterClient: ObtainMulti per slot group in slot order, Release one by one; rollback and jittered backoff on conflict",
 	Safe:  true,
 	New: func(env *Env, _ int) (Contender, error) {
-		rc := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: env.cluster.Addrs()})
+		rc := env.goRedis()
 		return &redislockContender{env: env, rc: rc, client: redislock.New(rc)}, nil
 	},
 }

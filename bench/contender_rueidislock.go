@@ -7,14 +7,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/redis/rueidis/rueidislock"
 
 	"github.com/slotlock/slotlock/internal/protocol"
 )
 
-// rueidislockPrefix is rueidislock's default key prefix; with KeyMajority 1
-// the only key of lock "name" is prefix:0:name.
+// rueidislockPrefix is rueidislock's default key prefix (after the
+// environment's); with KeyMajority 1 the only key of lock "name" is
+// prefix:0:name.
 const rueidislockPrefix = "rueidislock"
 
 // rueidislockFactory takes one rueidislock lock per key, in sorted order,
@@ -32,20 +32,23 @@ var rueidislockFactory = Factory{
 	About: "redis/rueidis/rueidislock, KeyMajority 1: one lock per key, WithContext in sorted order (waits on invalidations), released one by one",
 	Safe:  true,
 	New: func(env *Env, _ int) (Contender, error) {
+		prefix := env.prefix + rueidislockPrefix
 		lk, err := rueidislock.NewLocker(rueidislock.LockerOption{
-			ClientOption: rueidis.ClientOption{InitAddress: env.cluster.Addrs()},
+			ClientOption: env.clientOption(),
+			KeyPrefix:    prefix,
 			KeyMajority:  1,
 		})
 		if err != nil {
 			return nil, err
 		}
-		return &rueidislockContender{env: env, lk: lk}, nil
+		return &rueidislockContender{env: env, lk: lk, prefix: prefix}, nil
 	},
 }
 
 type rueidislockContender struct {
 	env    *Env
 	lk     rueidislock.Locker
+	prefix string
 	stalls atomic.Int64
 }
 
@@ -131,7 +134,7 @@ func (h *rueidislockHeld) Check(ctx context.Context) error {
 	}
 	lockKeys := make([]string, len(h.keys))
 	for i, k := range h.keys {
-		lockKeys[i] = rueidislockPrefix + ":0:" + k
+		lockKeys[i] = h.c.prefix + ":0:" + k
 	}
 	return checkValues(ctx, h.c.env.probe, lockKeys, func(_ int, _ string, found bool) bool { return found })
 }

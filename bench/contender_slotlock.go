@@ -25,20 +25,26 @@ func slotlockFactory(name string, perSlot, perWorker bool, about string) Factory
 				return nil, err
 			}
 			c := &slotlockContender{env: env, client: client}
+			// Under the environment's prefix on a cluster the user
+			// already has; slotlock's default elsewhere.
+			prefix := ""
+			if env.prefix != "" {
+				prefix = env.prefix + "slotlock"
+			}
 			n := 1
 			if perWorker {
 				n = workers
 			}
 			for range n {
-				l, err := slotlock.New(client, slotlock.Options{TTL: TTL, PerSlot: perSlot})
+				l, err := slotlock.New(client, slotlock.Options{TTL: TTL, PerSlot: perSlot, Prefix: prefix})
 				if err != nil {
 					c.Close()
 					return nil, err
 				}
 				c.lockers = append(c.lockers, l)
 			}
-			// The default prefix: Check derives the lock key names itself.
-			c.names, _ = slot.NewNamer("")
+			// Check derives the lock key names itself.
+			c.names, _ = slot.NewNamer(prefix)
 			return c, nil
 		},
 	}

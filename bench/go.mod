@@ -12,6 +12,7 @@ require (
 	github.com/redis/rueidis v1.0.79
 	github.com/redis/rueidis/rueidiscompat v1.0.77
 	github.com/slotlock/slotlock v0.0.0-00010101000000-000000000000
+	golang.org/x/sys v0.48.0
 	gonum.org/v1/plot v0.17.0
 )
 
@@ -72,6 +73,5 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.54.0 // indirect
 	golang.org/x/image v0.30.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 )

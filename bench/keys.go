@@ -6,7 +6,8 @@ import (
 	"sync"
 )
 
-// Keyspace is the number of distinct user keys, order:0 .. order:999999.
+// Keyspace is the number of distinct user keys, order:0 .. order:999999
+// (after the environment's prefix, if any).
 const Keyspace = 1_000_000
 
 // HotKeys is the keyspace of the contended cells: every worker draws from
@@ -14,20 +15,25 @@ const Keyspace = 1_000_000
 const HotKeys = 200
 
 var (
-	keysOnce  sync.Once
-	orderKeys []string
+	keysMu    sync.Mutex
+	orderKeys = map[string][]string{}
 )
 
-// keyNames returns the names of the whole keyspace, built once: formatting
-// keys inside the timed loop would charge every contender for Sprintf.
-func keyNames() []string {
-	keysOnce.Do(func() {
-		orderKeys = make([]string, Keyspace)
-		for i := range orderKeys {
-			orderKeys[i] = "order:" + strconv.Itoa(i)
-		}
-	})
-	return orderKeys
+// keyNames returns the names of the whole keyspace under prefix, built
+// once per prefix: formatting keys inside the timed loop would charge
+// every contender for Sprintf.
+func keyNames(prefix string) []string {
+	keysMu.Lock()
+	defer keysMu.Unlock()
+	if names, ok := orderKeys[prefix]; ok {
+		return names
+	}
+	names := make([]string, Keyspace)
+	for i := range names {
+		names[i] = prefix + "order:" + strconv.Itoa(i)
+	}
+	orderKeys[prefix] = names
+	return names
 }
 
 // sampler draws batches of distinct keys from one worker's share of the
@@ -50,10 +56,10 @@ type sampler struct {
 	idx  []int
 }
 
-func newSampler(seed uint64, offset, stride, size int) *sampler {
+func newSampler(names []string, seed uint64, offset, stride, size int) *sampler {
 	return &sampler{
 		rng:    rand.New(rand.NewPCG(seed, 0x510710c)),
-		names:  keyNames(),
+		names:  names,
 		offset: offset,
 		stride: stride,
 		size:   size,

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -31,20 +30,17 @@ var adminCommands = map[string]bool{
 	"role": true, "script": true, "replconf": true, "psync": true, "sync": true,
 }
 
-// resetServerStats zeroes INFO commandstats on every node and returns the
-// CPU time the nodes have used so far.
-func (e *Env) resetServerStats(ctx context.Context) (time.Duration, error) {
-	for _, n := range e.cluster.Nodes() {
-		if err := n.Do(ctx, "CONFIG", "RESETSTAT").Error(); err != nil {
-			return 0, fmt.Errorf("CONFIG RESETSTAT on %s: %w", n.Addr(), err)
-		}
-	}
-	return e.ServerCPU(ctx)
+// serverSnapshot is what the nodes had done by some moment: INFO
+// commandstats of the masters and INFO cpu of every node. Two snapshots
+// make a ServerStats. A difference, not CONFIG RESETSTAT: on a cluster the
+// user already has, resetting its statistics would be rude.
+type serverSnapshot struct {
+	cmds map[string][2]int64 // calls, usec
+	cpu  time.Duration
 }
 
-// serverStats reads what the nodes did since resetServerStats returned cpu0.
-func (e *Env) serverStats(ctx context.Context, cpu0 time.Duration) (ServerStats, error) {
-	s := ServerStats{ByCommand: map[string]int64{}}
+func (e *Env) snapshot(ctx context.Context) (serverSnapshot, error) {
+	s := serverSnapshot{cmds: map[string][2]int64{}}
 	for _, m := range e.masters {
 		text, err := m.Info(ctx, "commandstats")
 		if err != nil {
@@ -53,25 +49,38 @@ func (e *Env) serverStats(ctx context.Context, cpu0 time.Duration) (ServerStats,
 		for _, line := range strings.Split(text, "\n") {
 			name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
 			cmd, isCmd := strings.CutPrefix(name, "cmdstat_")
-			if !ok || !isCmd || adminCommands[strings.SplitN(cmd, "|", 2)[0]] {
+			if !ok || !isCmd {
 				continue
 			}
-			calls, usec := infoInt(fields, "calls"), infoInt(fields, "usec")
-			s.Calls += calls
-			s.Usec += usec
-			s.ByCommand[cmd] += calls
-			if cmd == "evalsha" || cmd == "eval" {
-				s.ScriptCalls += calls
-				s.ScriptUsec += usec
-			}
+			v := s.cmds[cmd]
+			s.cmds[cmd] = [2]int64{v[0] + infoInt(fields, "calls"), v[1] + infoInt(fields, "usec")}
 		}
 	}
-	cpu, err := e.ServerCPU(ctx)
-	if err != nil {
-		return s, err
+	var err error
+	s.cpu, err = e.ServerCPU(ctx)
+	return s, err
+}
+
+// since is what the nodes did between then and s.
+func (s serverSnapshot) since(then serverSnapshot) ServerStats {
+	out := ServerStats{ByCommand: map[string]int64{}, CPU: s.cpu - then.cpu}
+	for cmd, v := range s.cmds {
+		if adminCommands[strings.SplitN(cmd, "|", 2)[0]] {
+			continue
+		}
+		calls, usec := v[0]-then.cmds[cmd][0], v[1]-then.cmds[cmd][1]
+		if calls == 0 {
+			continue
+		}
+		out.Calls += calls
+		out.Usec += usec
+		out.ByCommand[cmd] += calls
+		if cmd == "evalsha" || cmd == "eval" {
+			out.ScriptCalls += calls
+			out.ScriptUsec += usec
+		}
 	}
-	s.CPU = cpu - cpu0
-	return s, nil
+	return out
 }
 
 func nodeCPU(ctx context.Context, info func(context.Context, string) (string, error)) (time.Duration, error) {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"image/color"
 	"os"
 
@@ -31,18 +30,20 @@ var palette = map[string]struct {
 }
 
 // writeChart draws keys/s against K, log-log, one line per contender, one
-// panel per worker count.
+// panel per round trip (one worker).
 func writeChart(path string, rows []row) error {
 	var panels []*plot.Plot
-	for _, w := range bench.Ws {
+	for _, rtt := range bench.RTTs {
 		p := plot.New()
-		p.Title.Text = fmt.Sprintf("uncontended, W = %d worker(s)", w)
+		p.Title.Text = "RTT " + rttText(rtt) + ", W = 1"
 		p.X.Label.Text = "K (keys per batch)"
 		p.Y.Label.Text = "keys locked and released per second"
 		p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
 		// One scale for both panels, with a decade of room above the
 		// lines for the legend.
-		p.Y.Min, p.Y.Max = 1e3, 1e7
+		p.Y.Min, p.Y.Max = 1, 1e7
+		// Fixed, so that a panel with one K (-cells) still has a range.
+		p.X.Min, p.X.Max = 0.7, 1500
 		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 		p.Add(plotter.NewGrid())
@@ -51,8 +52,8 @@ func writeChart(path string, rows []row) error {
 		lines := 0
 		for _, f := range bench.Contenders {
 			var xys plotter.XYs
-			for _, k := range bench.Ks {
-				if r, ok := find(rows, bench.Cell{Contender: f.Name, K: k, W: w}); ok && r.KeysPerSec() > 0 {
+			for _, k := range bench.KsAt(rtt) {
+				if r, ok := find(rows, bench.Cell{Contender: f.Name, K: k, W: 1, RTT: rtt}); ok && r.KeysPerSec() > 0 {
 					xys = append(xys, plotter.XY{X: float64(k), Y: r.KeysPerSec()})
 				}
 			}
@@ -80,7 +81,7 @@ func writeChart(path string, rows []row) error {
 	if len(panels) == 0 {
 		return nil
 	}
-	const width, height = 11 * vg.Inch, 5 * vg.Inch
+	const width, height = 15 * vg.Inch, 5 * vg.Inch
 	c := vgsvg.New(width, height)
 	dc := draw.New(c)
 	tiles := draw.Tiles{Rows: 1, Cols: len(panels), PadX: vg.Millimeter * 6, PadTop: vg.Millimeter * 2,

@@ -34,6 +34,11 @@ type machine struct {
 	Short     bool
 	Benchtime time.Duration
 	HotTime   time.Duration
+	Shape     string
+	// Wire is the measured round trip behind each emulated RTT; Floor the
+	// same without the delaying layer.
+	Wire  []bench.Wire
+	Floor bench.Wire
 }
 
 func describeMachine(ctx context.Context, env *bench.Env, cfg config) *machine {
@@ -42,7 +47,7 @@ func describeMachine(ctx context.Context, env *bench.Env, cfg config) *machine {
 		CPUModel:  cpuModel(),
 		Kernel:    strings.TrimSpace(readFile("/proc/sys/kernel/osrelease")),
 		GoVersion: runtime.Version(),
-		Backend:   string(env.Cluster().Backend()),
+		Backend:   "attached",
 		Library:   libraryCommit(ctx, cfg.root),
 		Command:   command(cfg),
 		Started:   time.Now(),
@@ -51,6 +56,10 @@ func describeMachine(ctx context.Context, env *bench.Env, cfg config) *machine {
 		Benchtime: cfg.benchtime,
 		HotTime:   cfg.hotTime,
 	}
+	if c := env.Cluster(); c != nil {
+		m.Backend = string(c.Backend())
+	}
+	m.Shape = env.Shape()
 	if v, err := env.RedisVersion(ctx); err == nil {
 		m.RedisVersion = v
 	} else {

@@ -15,10 +15,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"regexp"
@@ -30,7 +32,6 @@ import (
 	"time"
 
 	"github.com/slotlock/slotlock/bench"
-	"github.com/slotlock/slotlock/internal/redistest"
 )
 
 // EnvShort turns on the short mode, as -short does.
@@ -50,7 +51,28 @@ type config struct {
 	verify int
 }
 
-func main() { os.Exit(run()) }
+func main() {
+	// A worker process of a process cell: this binary, re-executed.
+	if js := os.Getenv(bench.EnvWorker); js != "" {
+		os.Exit(worker(js))
+	}
+	os.Exit(run())
+}
+
+func worker(js string) int {
+	var spec bench.WorkerSpec
+	if err := json.Unmarshal([]byte(js), &spec); err != nil {
+		fmt.Fprintln(os.Stderr, "slotbench worker:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := bench.WorkerMain(ctx, spec, os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "slotbench worker:", err)
+		return 1
+	}
+	return 0
+}
 
 func run() int {
 	testing.Init()
@@ -58,13 +80,19 @@ func run() int {
 	short, _ := strconv.ParseBool(os.Getenv(EnvShort))
 	flag.BoolVar(&cfg.short, "short", short, "CI smoke mode: short cells, output to out/ (also $"+EnvShort+"=1)")
 	flag.StringVar(&cfg.out, "out", "", "directory that receives benchmarks.md and benchmarks/ (default ../docs, or out with -short or -cells)")
-	flag.DurationVar(&cfg.benchtime, "benchtime", 0, "target time of one uncontended cell (default 1.5s, 150ms with -short)")
-	flag.DurationVar(&cfg.hotTime, "hot-benchtime", 0, "target time of one contended cell (default 5s, 500ms with -short)")
-	flag.DurationVar(&cfg.timeout, "timeout", 0, "bound on the whole run (default 11m, 100s with -short)")
-	flag.DurationVar(&cfg.profileTime, "profile", 0, "length of each CPU-profiled slotlock run, K=1000, 100 and 1 (default 8s, 1s with -short)")
+	flag.DurationVar(&cfg.benchtime, "benchtime", 0, "target time of one uncontended cell (default 1s, 150ms with -short)")
+	flag.DurationVar(&cfg.hotTime, "hot-benchtime", 0, "target time of one contended cell (default 3s, 500ms with -short)")
+	flag.DurationVar(&cfg.timeout, "timeout", 0, "bound on the whole run (default 11m30s, 150s with -short)")
+	flag.DurationVar(&cfg.profileTime, "profile", 0, "length of each CPU-profiled slotlock run, K=1000, 100 and 1 (default 5s, 1s with -short)")
 	flag.StringVar(&cfg.root, "root", "..", "the slotlock module, for the slot package micro-benchmarks")
 	cells := flag.String("cells", "", "run only the cells whose name matches this regexp")
+	addrs := flag.String("addrs", "", "run against a cluster you already have (host:port,...) instead of starting one; keys go under -prefix and are deleted afterwards")
+	prefix := flag.String("prefix", "slotbench:", "with -addrs: the prefix of every key written; the run refuses to start if any master holds a key under it")
 	flag.Parse()
+	if *addrs != "" && cfg.out == "" {
+		// Someone else's cluster is not this repository's report.
+		cfg.out = "out"
+	}
 	if *cells != "" && cfg.out == "" {
 		// Part of the matrix is not a report for docs/.
 		cfg.out = "out"
@@ -85,8 +113,7 @@ func run() int {
 	defer cancel()
 
 	began := time.Now()
-	fmt.Printf("slotbench: starting a 3+3 Redis Cluster (%s=%s)\n", redistest.EnvBackend, orDefault(os.Getenv(redistest.EnvBackend), "auto"))
-	cluster, err := redistest.Start(ctx, redistest.Options{})
+	env, closeEnv, err := openEnv(ctx, *addrs, *prefix)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "slotbench:", err)
 		return 1
@@ -94,31 +121,34 @@ func run() int {
 	finished := make(chan struct{})
 	defer func() {
 		close(finished)
-		if err := cluster.Close(); err != nil {
-			fmt.Fprintln(os.Stderr, "slotbench: close cluster:", err)
-		}
+		closeEnv()
 	}()
 	// testing.Benchmark cannot be interrupted: if a cell ignores its
-	// context, tear the cluster down anyway, so nothing outlives the run.
+	// context, tear everything down anyway, so nothing outlives the run.
 	go func() {
 		<-ctx.Done()
 		select {
 		case <-finished:
 		case <-time.After(45 * time.Second):
-			fmt.Fprintln(os.Stderr, "slotbench: still running 45 s after the deadline; closing the cluster and exiting")
-			cluster.Close()
+			fmt.Fprintln(os.Stderr, "slotbench: still running 45 s after the deadline; cleaning up and exiting")
+			closeEnv()
 			os.Exit(3)
 		}
 	}()
-
-	env, err := bench.NewEnv(ctx, cluster)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "slotbench:", err)
-		return 1
-	}
-	defer env.Close()
 	mach := describeMachine(ctx, env, cfg)
 	fmt.Printf("slotbench: cluster up in %.1fs on %s; %s\n", time.Since(began).Seconds(), mach.Backend, mach.oneLine())
+	for _, rtt := range bench.RTTs[1:] {
+		w, err := env.MeasureWire(ctx, rtt, 300)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "slotbench: wire:", err)
+			return 1
+		}
+		mach.Wire = append(mach.Wire, w)
+		fmt.Printf("slotbench: round trip asked %s: PING p50 %s, %d-command pipeline p50 %s\n", ms(rtt), ms(w.Ping.P50), bench.WirePipeline, ms(w.Pipeline.P50))
+	}
+	if w, err := env.MeasureWire(ctx, 0, 300); err == nil {
+		mach.Floor = w
+	}
 
 	// The matrix stops early enough to leave time for the profiles, the
 	// micro-benchmarks and the report, which run on the outer context.
@@ -148,7 +178,9 @@ func run() int {
 		// Other programs on the machine distort a cell; measure it again
 		// if the rest of the matrix still fits, and keep the cleaner one.
 		left, _ := cellCtx.Deadline()
-		if r.Err == nil && r.Foreign > retryAbove && time.Until(left) > est.remaining(matrix[i:], cfg.filter)*3/2 {
+		// (Not a process cell: its worker processes' start-up always counts
+		// as other programs' CPU.)
+		if r.Err == nil && cell.Procs == 0 && r.Foreign > retryAbove && time.Until(left) > est.remaining(matrix[i:], cfg.filter)*3/2 {
 			fmt.Printf("[%2d/%d] %s\n        other programs used %.1f cores: measuring again\n", i+1, len(matrix), r.progress(), r.Foreign)
 			again := runCell(cellCtx, env, cell, cfg)
 			if again.Err == nil && again.Foreign < r.Foreign {
@@ -226,10 +258,12 @@ func (c *config) defaults() {
 			}
 		}
 	}
-	pick(&c.benchtime, 1500*time.Millisecond, 150*time.Millisecond)
-	pick(&c.hotTime, 5*time.Second, 500*time.Millisecond)
-	pick(&c.timeout, 11*time.Minute, 100*time.Second)
-	pick(&c.profileTime, 8*time.Second, time.Second)
+	// Trimmed when the round-trip cells came (from 1.5 s, 5 s and 8 s) so
+	// that make bench stays under 12 minutes on 2 cores.
+	pick(&c.benchtime, time.Second, 150*time.Millisecond)
+	pick(&c.hotTime, 3*time.Second, 500*time.Millisecond)
+	pick(&c.timeout, 11*time.Minute+30*time.Second, 150*time.Second)
+	pick(&c.profileTime, 5*time.Second, time.Second)
 	c.verify = 2
 	if c.short {
 		c.verify = 1
@@ -357,6 +391,14 @@ func measure(ctx context.Context, env *bench.Env, cell bench.Cell, d time.Durati
 	srv0, _ := env.ServerCPU(ctx)
 
 	r := row{Result: bench.Result{Cell: cell}}
+	if cell.Procs > 0 {
+		r.Result = env.RunProcs(ctx, cell, d, verify, workerCommand)
+		r.Wall = time.Since(start)
+		srv1, _ := env.ServerCPU(ctx)
+		used := (bench.ProcessCPU() - self0) + r.ClientCPU + (srv1 - srv0)
+		r.Foreign = max(0, (machineBusy()-m0-used).Seconds()/r.Wall.Seconds())
+		return r
+	}
 	run, err := env.NewRun(ctx, cell)
 	if err != nil {
 		r.Err = err
@@ -365,6 +407,7 @@ func measure(ctx context.Context, env *bench.Env, cell bench.Cell, d time.Durati
 	defer run.Close()
 	// A round lasts about d; anything far longer is a stuck lock.
 	run.Timeout = max(30*time.Second, 15*d)
+	run.Observe = bench.Observed(cell)
 	if err := run.Verify(ctx, verify); err != nil {
 		r.Err = err
 		return r
@@ -380,6 +423,15 @@ func measure(ctx context.Context, env *bench.Env, cell bench.Cell, d time.Durati
 	used := (bench.ProcessCPU() - self0) + (srv1 - srv0)
 	r.Foreign = max(0, (machineBusy()-m0-used).Seconds()/r.Wall.Seconds())
 	return r
+}
+
+// workerCommand re-executes this binary as a worker process.
+func workerCommand() *exec.Cmd {
+	exe, err := os.Executable()
+	if err != nil {
+		exe = os.Args[0]
+	}
+	return exec.Command(exe)
 }
 
 func (r row) progress() string {

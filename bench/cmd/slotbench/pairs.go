@@ -26,15 +26,16 @@ type pairTarget struct {
 	Err    error
 }
 
-// pairRounds is how many times each pair alternates. Seven, not three:
+// pairRounds is how many times each pair alternates. Five, not three:
 // with three the rounds of one pair ranged over 30% on this machine (K = 1:
 // 0.82, 1.10, 0.89 at a4f4b87), and the median of three moved with a single
-// burst of load.
+// burst of load. (Seven until the round-trip targets more than doubled the
+// pairs; five keeps make bench under 12 minutes.)
 func pairRounds(cfg config) int {
 	if cfg.short {
 		return 1
 	}
-	return 7
+	return 5
 }
 
 // pairTime is the target time of one cell of a pair.
@@ -50,28 +51,53 @@ func pairTime(cfg config, c bench.Cell) time.Duration {
 func pairsReserve(cfg config) time.Duration {
 	unc := 2*pairTime(cfg, bench.Cell{}) + time.Second
 	hot := 2*pairTime(cfg, bench.Cell{Hot: 1}) + time.Second
-	return time.Duration(pairRounds(cfg)) * 2 * (4*unc + hot)
+	nUnc := len(targetPairs(nil))
+	// Sequential SET NX at K = 1,000 behind 1 ms takes about 2 s a batch,
+	// one batch per cell and one to verify.
+	slow := 5 * time.Second
+	if cfg.short {
+		slow = 0
+	}
+	return time.Duration(pairRounds(cfg)) * (2*time.Duration(nUnc)*unc + slow + 2*2*hot)
 }
 
-// targetPairs lists the project's targets for slotlock. The contended
-// one compares with the peer that did best in the matrix.
+// targetPairs lists the project's targets for slotlock: on loopback, and
+// behind each emulated round trip. The contended ones compare with the
+// peer that did best in the matrix at the same round trip.
 func targetPairs(rows []row) []*pairTarget {
-	sl := func(k int) bench.Cell { return bench.Cell{Contender: "slotlock", K: k, W: 1} }
-	raw := func(k int) bench.Cell { return bench.Cell{Contender: "raw-pipeline", K: k, W: 1} }
-	out := []*pairTarget{
-		{Label: "K = 1000: slotlock / sequential SET NX", A: sl(1000), B: bench.Cell{Contender: "sequential-setnx", K: 1000, W: 1}, Need: 35},
-		{Label: "K = 1000: slotlock / raw pipeline", A: sl(1000), B: raw(1000), Need: 0.85},
-		{Label: "K = 100: slotlock / raw pipeline", A: sl(100), B: raw(100), Need: 0.85},
-		{Label: "K = 1: slotlock / raw pipeline", A: sl(1), B: raw(1), Need: 0.9},
+	sl := func(k int, rtt time.Duration) bench.Cell {
+		return bench.Cell{Contender: "slotlock", K: k, W: 1, RTT: rtt}
 	}
-	if best, ok := (report{rows: rows}).bestPeer(); ok {
-		hot := func(name string) bench.Cell {
-			return bench.Cell{Contender: name, K: bench.ContendedK, W: bench.ContendedW, Hot: bench.HotKeys}
+	other := func(name string, k int, rtt time.Duration) bench.Cell {
+		return bench.Cell{Contender: name, K: k, W: 1, RTT: rtt}
+	}
+	out := []*pairTarget{
+		{Label: "K = 1000: slotlock / raw pipeline", A: sl(1000, 0), B: other("raw-pipeline", 1000, 0), Need: 0.9},
+		{Label: "K = 100: slotlock / raw pipeline", A: sl(100, 0), B: other("raw-pipeline", 100, 0), Need: 0.85},
+		{Label: "K = 1: slotlock / raw pipeline", A: sl(1, 0), B: other("raw-pipeline", 1, 0), Need: 0.9},
+	}
+	for _, rtt := range bench.RTTs[1:] {
+		at := " (RTT " + ms(rtt) + ")"
+		out = append(out,
+			&pairTarget{Label: "K = 1000: slotlock / sequential SET NX" + at, A: sl(1000, rtt), B: other("sequential-setnx", 1000, rtt), Need: 100},
+			&pairTarget{Label: "K = 1000: slotlock / raw pipeline" + at, A: sl(1000, rtt), B: other("raw-pipeline", 1000, rtt), Need: 0.95},
+			&pairTarget{Label: "K = 1: slotlock / raw pipeline" + at, A: sl(1, rtt), B: other("raw-pipeline", 1, rtt), Need: 0.95},
+		)
+	}
+	if rows == nil {
+		return out
+	}
+	for _, c := range []struct {
+		rtt  time.Duration
+		need float64
+	}{{0, 2.5}, {bench.ContendedRTT, 3}} {
+		if best, ok := (report{rows: rows}).bestPeer(c.rtt); ok {
+			label := "contended: slotlock / best peer (" + best.Contender + ")"
+			if c.rtt > 0 {
+				label += " (RTT " + ms(c.rtt) + ")"
+			}
+			out = append(out, &pairTarget{Label: label, A: bench.Contended("slotlock", c.rtt), B: bench.Contended(best.Contender, c.rtt), Need: c.need})
 		}
-		out = append(out, &pairTarget{
-			Label: "contended: slotlock / best peer (" + best.Contender + ")",
-			A:     hot("slotlock"), B: hot(best.Contender), Need: 2.5,
-		})
 	}
 	return out
 }

@@ -99,14 +99,14 @@ type report struct {
 	rows []row
 }
 
-func (rp report) get(name string, k, w, hot int) (row, bool) {
-	return find(rp.rows, bench.Cell{Contender: name, K: k, W: w, Hot: hot})
+func (rp report) get(name string, k, w, hot int, rtt time.Duration) (row, bool) {
+	return find(rp.rows, bench.Cell{Contender: name, K: k, W: w, Hot: hot, RTT: rtt})
 }
 
 // ratio is a/b of two cells' batches/s; ok is false when either is missing.
-func (rp report) ratio(a, b string, k, w, hot int) (float64, bool) {
-	ra, ok1 := rp.get(a, k, w, hot)
-	rb, ok2 := rp.get(b, k, w, hot)
+func (rp report) ratio(a, b string, k, w, hot int, rtt time.Duration) (float64, bool) {
+	ra, ok1 := rp.get(a, k, w, hot, rtt)
+	rb, ok2 := rp.get(b, k, w, hot, rtt)
 	if !ok1 || !ok2 || rb.BatchesPerSec() == 0 {
 		return 0, false
 	}
@@ -118,19 +118,20 @@ func (rp report) ratio(a, b string, k, w, hot int) (float64, bool) {
 func (rp report) noise() (float64, bool) {
 	gap, ok := 0.0, false
 	for _, k := range bench.Ks {
-		if r, found := rp.ratio("slotlock-multi", "slotlock", k, 1, 0); found {
+		if r, found := rp.ratio("slotlock-multi", "slotlock", k, 1, 0, 0); found {
 			gap, ok = max(gap, r-1, 1/r-1), true
 		}
 	}
 	return gap, ok
 }
 
-// bestPeer is the peer with the most batches/s in the contended cell.
-func (rp report) bestPeer() (row, bool) {
+// bestPeer is the peer with the most batches/s in the contended cell at a
+// round trip.
+func (rp report) bestPeer(rtt time.Duration) (row, bool) {
 	var best row
 	found := false
 	for _, p := range peers {
-		if r, ok := rp.get(p, bench.ContendedK, bench.ContendedW, bench.HotKeys); ok && (!found || r.BatchesPerSec() > best.BatchesPerSec()) {
+		if r, ok := rp.get(p, bench.ContendedK, bench.ContendedW, bench.HotKeys, rtt); ok && (!found || r.BatchesPerSec() > best.BatchesPerSec()) {
 			best, found = r, true
 		}
 	}
@@ -154,7 +155,7 @@ func markdown(m *machine, rows []row, pairs []*pairTarget, profs map[int]*profil
 	p("## Setup\n\n")
 	p("| | |\n|---|---|\n")
 	p("| machine | %d CPUs (`nproc`), %s, Linux %s |\n", m.CPUs, m.CPUModel, m.Kernel)
-	p("| Redis | %s, 3 masters + 3 replicas, backend: %s |\n", m.RedisVersion, backendText(m.Backend))
+	p("| Redis | %s, %s, backend: %s |\n", m.RedisVersion, m.Shape, backendText(m.Backend))
 	p("| Go | %s, GOMAXPROCS %d |\n", m.GoVersion, runtime.GOMAXPROCS(0))
 	p("| slotlock | commit %s |\n", m.Library)
 	p("| command | `%s` (took %s; load average %s at start, %s at end) |\n", m.Command, m.Took.Round(time.Second), m.LoadStart, m.LoadEnd)
@@ -175,9 +176,13 @@ func markdown(m *machine, rows []row, pairs []*pairTarget, profs map[int]*profil
 	}
 	p("\n")
 
+	writeWire(&b, m)
 	writeTargets(&b, rp, pairs)
 	writeThroughput(&b, rp)
+	writeRoundTrips(&b, rp, m)
+	writeOthers(&b, rp)
 	writeContended(&b, rp)
+	writeProcs(&b, rp)
 	writeTimeBudget(&b, rp, profs)
 	writeMicro(&b, micro)
 
@@ -201,91 +206,10 @@ func backendText(b string) string {
 		return "docker (one container per node, host networking, via testcontainers)"
 	case "process":
 		return "process (redis-server processes on the host)"
+	case "attached":
+		return "a cluster that was already running (`-addrs`), keys under a prefix of the run's own"
 	}
 	return b
-}
-
-func writeTargets(b *strings.Builder, rp report, pairs []*pairTarget) {
-	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
-	p("## Targets\n\n")
-	p("The project's targets for slotlock, as ratios of batches/s in this run. Each is measured twice. ")
-	var dU, dH time.Duration
-	rounds := 0
-	for _, t := range pairs {
-		rounds = max(rounds, len(t.Ratios))
-		if t.A.Hot > 0 {
-			dH = t.D
-		} else {
-			dU = t.D
-		}
-	}
-	p("*Paired*: after the matrix, slotlock and the other side run alternately (A B, B A, A B, ...: %d rounds, cells of %s, contended %s; W = 1 unless contended) so that a burst of load from other programs hits both sides; the median of the rounds' ratios decides. ", rounds, dU, dH)
-	p("*Matrix*: the ratio of the two single cells in the tables below, at both worker counts.\n\n")
-	p("| target | required | paired: median (rounds) | matrix W = 1 | matrix W = 16 |\n|---|---:|---:|---:|---:|\n")
-	for _, t := range pairs {
-		if t.A.Hot > 0 {
-			continue
-		}
-		p("| %s | ≥ %.2f× | %s |", t.Label, t.Need, pairCell(t))
-		for _, w := range bench.Ws {
-			if r, ok := rp.ratio(t.A.Contender, t.B.Contender, t.A.K, w, 0); ok {
-				p(" %.2f× %s |", r, verdict(r >= t.Need))
-			} else {
-				p(" n/a |")
-			}
-		}
-		p("\n")
-	}
-	p("\n")
-	if r, ok := rp.ratio("raw-pipeline", "sequential-setnx", 1000, 1, 0); ok {
-		p("Reading the K = 1,000 targets together: the raw ceiling itself made %.1f× the batches/s of sequential SET NX at K = 1,000, W = 1 in this run. ", r)
-		p("Sequential SET NX pays one round trip per key, and on loopback a round trip is short next to the CPU that 1,000 keys cost the client and the masters on 2 shared cores, so the gap between one round trip and 1,000 is smaller here than on a network. ")
-		p("A ratio above the ceiling's own would take a lock that is faster than a pipeline that checks nothing: where the ceiling's ratio is below the required one, no implementation can meet that target on this machine, and the ratio to the ceiling is the one that says how close slotlock comes.\n\n")
-	}
-
-	var hot *pairTarget
-	for _, t := range pairs {
-		if t.A.Hot > 0 {
-			hot = t
-		}
-	}
-	sl, okS := rp.get("slotlock", bench.ContendedK, bench.ContendedW, bench.HotKeys)
-	best, okB := rp.bestPeer()
-	if !okS || !okB || hot == nil {
-		p("Contended targets: n/a (a cell failed or did not run).\n\n")
-		return
-	}
-	p("Contended (W = %d, K = %d over %d hot keys). The best peer by batches/s in the matrix is **%s**.\n\n", bench.ContendedW, bench.ContendedK, bench.HotKeys, best.Contender)
-	p("| target | required | paired: median (rounds) | matrix: slotlock | matrix: slotlock-multi |\n|---|---:|---:|---:|---:|\n")
-	multi, okM := rp.get("slotlock-multi", bench.ContendedK, bench.ContendedW, bench.HotKeys)
-	orNA := func(ok bool, s string) string {
-		if !ok {
-			return "n/a"
-		}
-		return s
-	}
-	p("| batches/s vs best peer | ≥ 2.50× | %s | %.2f× %s | %s |\n", pairCell(hot),
-		sl.BatchesPerSec()/best.BatchesPerSec(), verdict(sl.BatchesPerSec() >= 2.5*best.BatchesPerSec()),
-		orNA(okM, fmt.Sprintf("%.2f× %s", multi.BatchesPerSec()/best.BatchesPerSec(), verdict(multi.BatchesPerSec() >= 2.5*best.BatchesPerSec()))))
-	// Waits: slotlock against the peer of the same round.
-	slRounds, peerRounds := hot.side(hot.A), hot.side(hot.B)
-	var p99s, peerP99s []string
-	worst, metP99 := sl.Wait.Max, 0
-	for i := range min(len(slRounds), len(peerRounds)) {
-		p99s = append(p99s, ms(slRounds[i].Wait.P99))
-		peerP99s = append(peerP99s, ms(peerRounds[i].Wait.P99))
-		if slRounds[i].Wait.P99 <= peerRounds[i].Wait.P99 {
-			metP99++
-		}
-		worst = max(worst, slRounds[i].Wait.Max)
-	}
-	p("| wait p99 vs best peer's | ≤ | %s against %s: %s |", strings.Join(p99s, ", "), strings.Join(peerP99s, ", "),
-		verdict(metP99 == len(p99s) && len(p99s) > 0))
-	p(" %s against %s %s | %s |\n", ms(sl.Wait.P99), ms(best.Wait.P99), verdict(sl.Wait.P99 <= best.Wait.P99),
-		orNA(okM, ms(multi.Wait.P99)+" "+verdict(multi.Wait.P99 <= best.Wait.P99)))
-	p("| longest wait | ≤ 200ms | %s over all rounds %s | %s %s | %s |\n\n", ms(worst), verdict(worst <= 200*time.Millisecond),
-		ms(sl.Wait.Max), verdict(sl.Wait.Max <= 200*time.Millisecond),
-		orNA(okM, ms(multi.Wait.Max)+" "+verdict(multi.Wait.Max <= 200*time.Millisecond)))
 }
 
 // pairCell is a paired target's median, rounds and verdict.
@@ -307,82 +231,6 @@ func verdict(ok bool) string {
 	return "(**not met**)"
 }
 
-func writeThroughput(b *strings.Builder, rp report) {
-	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
-	p("## Uncontended\n\n")
-	p("Batches per second, and in parentheses the ratio to slotlock (default options, shared Locker) in the same column. ")
-	p("At W = 1, slotlock and slotlock-multi are the same configuration (one worker, one Locker): the gap between them is this run's noise")
-	if gap, ok := rp.noise(); ok {
-		p(", up to %.0f%% here", 100*gap)
-	}
-	p(". ")
-	repeated := 0
-	for _, r := range rp.rows {
-		if r.Repeated {
-			repeated++
-		}
-	}
-	p("A † marks a cell during which other programs used more than %.1f of a core", noisy)
-	if repeated > 0 {
-		p(" (the runner measured %d such cells a second time and kept the cleaner measurement; † marks what stayed noisy)", repeated)
-	}
-	p(".\n\n")
-	for _, w := range bench.Ws {
-		p("### W = %d\n\n", w)
-		p("| contender |")
-		for _, k := range bench.Ks {
-			p(" K = %d |", k)
-		}
-		p("\n|---|")
-		for range bench.Ks {
-			p("---:|")
-		}
-		p("\n")
-		for _, f := range bench.Contenders {
-			p("| %s |", f.Name)
-			for _, k := range bench.Ks {
-				r, ok := rp.get(f.Name, k, w, 0)
-				if !ok {
-					p(" FAILED |")
-					continue
-				}
-				ratio, _ := rp.ratio(f.Name, "slotlock", k, w, 0)
-				p(" %s (%.2f×)%s |", num(r.BatchesPerSec()), ratio, dagger(r))
-			}
-			p("\n")
-		}
-		p("\nLatency of one batch (lock + release), p50 / p99:\n\n")
-		p("| contender |")
-		for _, k := range bench.Ks {
-			p(" K = %d |", k)
-		}
-		p("\n|---|")
-		for range bench.Ks {
-			p("---:|")
-		}
-		p("\n")
-		for _, f := range bench.Contenders {
-			p("| %s |", f.Name)
-			for _, k := range bench.Ks {
-				if r, ok := rp.get(f.Name, k, w, 0); ok {
-					p(" %s / %s |", ms(r.Latency.P50), ms(r.Latency.P99))
-				} else {
-					p(" FAILED |")
-				}
-			}
-			p("\n")
-		}
-		p("\n")
-	}
-	p("Keys per second against K, log-log (solid: slotlock; dashed: the peers; dotted: the raw ceiling):\n\n")
-	p("![keys per second against K](benchmarks/keys-per-second.svg)\n\n")
-	for _, r := range rp.rows {
-		if r.Err != nil {
-			p("- FAILED %s: %v\n", r.Name(), oneLineErr(r.Err))
-		}
-	}
-}
-
 // writeStalls lists the cells in which a contender stalled on a free key
 // and the benchmark retried the batch.
 func writeStalls(b *strings.Builder, rp report) {
@@ -394,36 +242,6 @@ func writeStalls(b *strings.Builder, rp report) {
 		}
 	}
 	b.WriteString("\n")
-}
-
-func writeContended(b *strings.Builder, rp report) {
-	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
-	p("## Contended\n\n")
-	p("%d workers, K = %d keys per batch drawn from %d hot keys: most batches collide with several others. ", bench.ContendedW, bench.ContendedK, bench.HotKeys)
-	p("slotlock waits in its in-process queue and on release messages; rueidislock waits on invalidations; the others retry after a jittered backoff (1 to 64 ms).\n\n")
-	p("| contender | batches/s | keys/s | vs slotlock | latency p50 | latency p99 | wait p99 | longest wait |\n")
-	p("|---|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, f := range bench.Contenders {
-		r, ok := rp.get(f.Name, bench.ContendedK, bench.ContendedW, bench.HotKeys)
-		if !ok {
-			p("| %s | FAILED | | | | | | |\n", f.Name)
-			continue
-		}
-		ratio, _ := rp.ratio(f.Name, "slotlock", bench.ContendedK, bench.ContendedW, bench.HotKeys)
-		p("| %s | %s%s | %s | %.2f× | %s | %s | %s | %s |\n", f.Name, num(r.BatchesPerSec()), dagger(r), num(r.KeysPerSec()), ratio,
-			ms(r.Latency.P50), ms(r.Latency.P99), ms(r.Wait.P99), ms(r.Wait.Max))
-	}
-	p("\nWhat the masters executed per batch in the contended cell (INFO commandstats; commands run inside scripts included, so a script's GET and SET appear next to its EVALSHA):\n\n")
-	p("| contender | commands per batch |\n|---|---|\n")
-	for _, f := range bench.Contenders {
-		r, ok := rp.get(f.Name, bench.ContendedK, bench.ContendedW, bench.HotKeys)
-		if !ok || r.Batches == 0 {
-			continue
-		}
-		p("| %s | %s |\n", f.Name, commandMix(r, 7))
-	}
-	p("\n")
-	writeStalls(b, rp)
 }
 
 // commandMix lists the most frequent commands of a cell, per batch.
@@ -454,8 +272,8 @@ func commandMix(r row, limit int) string {
 
 func writeTimeBudget(b *strings.Builder, rp report, profs map[int]*profileReport) {
 	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
-	p("## Where the time goes\n\n")
-	p("Per batch, one worker (W = 1). *Client CPU* is this process's CPU time (getrusage); *Redis CPU* is the nodes' own (INFO cpu of all 6 nodes: execution, network I/O, replication to the replicas). ")
+	p("## Where the time goes on loopback\n\n")
+	p("Per batch, one worker (W = 1), no emulated round trip. *Client CPU* is this process's CPU time (getrusage); *Redis CPU* is the nodes' own (INFO cpu of all 6 nodes: execution, network I/O, replication to the replicas). ")
 	p("*Script calls* and *µs per script call* come from INFO commandstats of the 3 masters, reset before each cell (EVALSHA and EVAL; a call's time includes the commands it runs); ")
 	p("*commands executed* counts every command the masters ran, those run inside scripts included.\n\n")
 	for _, k := range profiledKs {
@@ -463,7 +281,7 @@ func writeTimeBudget(b *strings.Builder, rp report, profs map[int]*profileReport
 		p("| contender | batches/s | batch p50 | client CPU | Redis CPU | cores busy | script calls | µs per script call | commands executed | allocations |\n")
 		p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, f := range bench.Contenders {
-			r, ok := rp.get(f.Name, k, 1, 0)
+			r, ok := rp.get(f.Name, k, 1, 0, 0)
 			if !ok {
 				continue
 			}
@@ -473,8 +291,8 @@ func writeTimeBudget(b *strings.Builder, rp report, profs map[int]*profileReport
 		}
 		p("\n*Cores busy* is (client CPU + Redis CPU) per batch times batches/s: how much of the machine's %d cores the cell kept busy.\n", runtime.NumCPU())
 		p("\n")
-		sl, okS := rp.get("slotlock", k, 1, 0)
-		raw, okR := rp.get("raw-pipeline", k, 1, 0)
+		sl, okS := rp.get("slotlock", k, 1, 0, 0)
+		raw, okR := rp.get("raw-pipeline", k, 1, 0, 0)
 		if okS && okR && sl.Batches > 0 && raw.Batches > 0 {
 			writeVsRaw(b, sl, raw)
 		}

@@ -1,0 +1,255 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/slotlock/slotlock/bench"
+	"github.com/slotlock/slotlock/bench/latency"
+)
+
+// writeWire says what the emulated network really did.
+func writeWire(b *strings.Builder, m *machine) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	p("## The emulated network\n\n")
+	p("Loopback hides what round trips cost, and this machine has no netem, so cells marked with an RTT put every contender's connections behind `bench/latency`: ")
+	p("each chunk a client writes, and each chunk Redis sends back, is held for RTT/2 from the moment it was written, in order, without serialising chunks (a pipelined burst arrives RTT/2 later in one go). ")
+	p("Each direction of a connection waits on a timerfd of its own through Go's netpoller (time.Sleep would round sub-millisecond waits up to about 1 ms); the clock is set %s early, the median wake-up overshoot measured at start. ", ms(latency.Lead()))
+	p("The client's side only: Redis's replication stays on loopback. Measured through a fresh client at the start of this run (%s = the same without the layer):\n\n", "RTT 0")
+	p("| asked RTT | PING p50 | PING p99 | %d-command pipeline p50 (one node, one flush) | pipeline p99 |\n|---:|---:|---:|---:|---:|\n", bench.WirePipeline)
+	for _, w := range append([]bench.Wire{m.Floor}, m.Wire...) {
+		p("| %s | %s | %s | %s | %s |\n", rttText(w.Asked), ms(w.Ping.P50), ms(w.Ping.P99), ms(w.Pipeline.P50), ms(w.Pipeline.P99))
+	}
+	p("\nThe added round trip is the row minus the RTT 0 row; the pipeline costs one round trip, not one per command.\n\n")
+}
+
+func rttText(d time.Duration) string {
+	if d == 0 {
+		return "0 (loopback)"
+	}
+	return ms(d)
+}
+
+func writeTargets(b *strings.Builder, rp report, pairs []*pairTarget) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	p("## Targets\n\n")
+	p("The project's targets for slotlock, as ratios of batches/s in this run. ")
+	var dU, dH time.Duration
+	rounds := 0
+	for _, t := range pairs {
+		rounds = max(rounds, len(t.Ratios))
+		if t.A.Hot > 0 {
+			dH = t.D
+		} else {
+			dU = t.D
+		}
+	}
+	p("*Paired* decides: after the matrix, slotlock and the other side run alternately (A B, B A, A B, ...: %d rounds, cells of %s, contended %s; W = 1 unless contended) so that a burst of load from other programs hits both sides; the median of the rounds' ratios counts. ", rounds, dU, dH)
+	p("*Matrix* is the ratio of the two single cells in the tables below.\n\n")
+	p("| target | required | paired: median (rounds) | matrix |\n|---|---:|---:|---:|\n")
+	for _, t := range pairs {
+		m := "n/a"
+		if r, ok := rp.ratio(t.A.Contender, t.B.Contender, t.A.K, t.A.W, t.A.Hot, t.A.RTT); ok {
+			m = fmt.Sprintf("%.2f× %s", r, verdict(r >= t.Need))
+		}
+		p("| %s | ≥ %.2f× | %s | %s |\n", t.Label, t.Need, pairCell(t), m)
+	}
+	p("\n")
+	for _, rtt := range bench.RTTs {
+		if r, ok := rp.ratio("raw-pipeline", "sequential-setnx", 1000, 1, 0, rtt); ok {
+			p("- RTT %s: the raw ceiling itself made %.1f× the batches/s of sequential SET NX at K = 1,000. A ratio above the ceiling's would take a lock faster than a pipeline that checks nothing.\n", rttText(rtt), r)
+		}
+	}
+	p("\nContended waits, slotlock against the best peer of each paired round:\n\n")
+	p("| pair | slotlock wait p99 per round | peer's | slotlock's longest wait |\n|---|---|---|---:|\n")
+	for _, t := range pairs {
+		if t.A.Hot == 0 {
+			continue
+		}
+		slR, peerR := t.side(t.A), t.side(t.B)
+		var a, bb []string
+		var worst time.Duration
+		for i := range min(len(slR), len(peerR)) {
+			a = append(a, ms(slR[i].Wait.P99))
+			bb = append(bb, ms(peerR[i].Wait.P99))
+			worst = max(worst, slR[i].Wait.Max)
+		}
+		p("| %s | %s | %s | %s |\n", t.Label, strings.Join(a, ", "), strings.Join(bb, ", "), ms(worst))
+	}
+	p("\n")
+}
+
+func writeThroughput(b *strings.Builder, rp report) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	p("## Uncontended, by round trip\n\n")
+	p("One worker. Batches per second, and in parentheses the ratio to slotlock in the same column; then the latency of one batch (lock + release), p50 / p99. ")
+	if gap, ok := rp.noise(); ok {
+		p("slotlock and slotlock-multi are the same configuration at W = 1: the gap between them on loopback, up to %.0f%% here, is this run's noise. ", 100*gap)
+	}
+	p("A † marks a cell during which other programs used more than %.1f of a core; a dash, a cell not run (the one-key-at-a-time peers at K = 1,000 behind a round trip are left out of short runs).\n\n", noisy)
+	for _, rtt := range bench.RTTs {
+		ks := bench.KsAt(rtt)
+		p("### RTT %s\n\n| contender |", rttText(rtt))
+		for _, k := range ks {
+			p(" K = %d |", k)
+		}
+		p("")
+		for _, k := range ks {
+			p(" p50 / p99, K = %d |", k)
+		}
+		p("\n|---|%s%s\n", strings.Repeat("---:|", len(ks)), strings.Repeat("---:|", len(ks)))
+		for _, f := range bench.Contenders {
+			p("| %s |", f.Name)
+			for _, k := range ks {
+				r, ok := rp.get(f.Name, k, 1, 0, rtt)
+				if !ok {
+					p(" %s |", missing(rp, bench.Cell{Contender: f.Name, K: k, W: 1, RTT: rtt}))
+					continue
+				}
+				ratio, _ := rp.ratio(f.Name, "slotlock", k, 1, 0, rtt)
+				p(" %s (%.2f×)%s |", num(r.BatchesPerSec()), ratio, dagger(r))
+			}
+			for _, k := range ks {
+				if r, ok := rp.get(f.Name, k, 1, 0, rtt); ok {
+					p(" %s / %s |", ms(r.Latency.P50), ms(r.Latency.P99))
+				} else {
+					p(" – |")
+				}
+			}
+			p("\n")
+		}
+		p("\n")
+	}
+	p("Keys per second against K, log-log, one panel per round trip (solid: slotlock; dashed: the peers; dotted: the raw ceiling):\n\n")
+	p("![keys per second against K](benchmarks/keys-per-second.svg)\n\n")
+	for _, r := range rp.rows {
+		if r.Err != nil {
+			p("- FAILED %s: %v\n", r.Name(), oneLineErr(r.Err))
+		}
+	}
+	p("\n")
+}
+
+// missing says why a cell has no row: it failed, or it did not run.
+func missing(rp report, c bench.Cell) string {
+	for _, r := range rp.rows {
+		if r.Cell == c {
+			return "FAILED"
+		}
+	}
+	return "–"
+}
+
+// writeRoundTrips explains, per round trip, where a batch's time goes:
+// how many round trips sit on its critical path, counted two ways.
+func writeRoundTrips(b *strings.Builder, rp report, m *machine) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	p("## Where the time goes behind a round trip\n\n")
+	p("Behind a network a batch costs its CPU (the loopback cell) plus one RTT per round trip on its critical path. ")
+	p("*Round trips* is (batch p50 at that RTT − batch p50 on loopback) / (the round trip the layer really added to a PING, from the table above): the round trips a batch waited for, one after the other (nodes answering in parallel count once); at K = 1,000 the loopback cell's own spread is of the order of an RTT and makes this figure rough. ")
+	p("*Flushes* counts the chunks the contender's clients wrote per batch (one command, or one pipelined burst to one node: a DoMulti over 3 masters is 3 flushes in one round trip). ")
+	p("*Commands* is what the masters executed per batch (INFO commandstats; inside scripts included).\n\n")
+	for _, rtt := range bench.RTTs[1:] {
+		added := rtt
+		for _, w := range m.Wire {
+			if w.Asked == rtt && w.Ping.P50 > m.Floor.Ping.P50 {
+				added = w.Ping.P50 - m.Floor.Ping.P50
+			}
+		}
+		p("### RTT %s (measured: %s added to a PING)\n\n| contender |", ms(rtt), ms(added))
+		for _, k := range bench.KsAt(rtt) {
+			p(" K = %d: round trips · flushes · commands |", k)
+		}
+		p("\n|---|%s\n", strings.Repeat("---:|", len(bench.KsAt(rtt))))
+		for _, f := range bench.Contenders {
+			p("| %s |", f.Name)
+			for _, k := range bench.KsAt(rtt) {
+				r, ok := rp.get(f.Name, k, 1, 0, rtt)
+				base, okB := rp.get(f.Name, k, 1, 0, 0)
+				if !ok {
+					p(" – |")
+					continue
+				}
+				trips := "?"
+				if okB {
+					trips = fmt.Sprintf("%.1f", float64(r.Latency.P50-base.Latency.P50)/float64(added))
+				}
+				p(" %s · %s · %s |", trips, perBatch(r, r.WireWrites), perBatch(r, r.Server.Calls))
+			}
+			p("\n")
+		}
+		p("\n")
+	}
+	p("The one-key-at-a-time peers pay a round trip per key (sequential SET NX to lock; redsync, rueidislock and redislock to release too), so at K = 1,000 their batch is about 1,000 to 2,000 RTTs long, while slotlock and the raw pipeline stay at two round trips whatever K is, and their remaining gap is CPU, as on loopback.\n\n")
+}
+
+// writeOthers reports what big batches cost another client of the
+// cluster.
+func writeOthers(b *strings.Builder, rp report) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	p("## The cost to everyone else\n\n")
+	p("During every K = 1,000 cell another client (its own connections, never delayed) sent one GET at a time, about every millisecond, to keys on every master. ")
+	p("A node runs a script alone: while a contender's script call for hundreds of keys runs, that node's other clients wait. Their GETs' latency:\n\n")
+	p("| contender | RTT | GETs | p50 | p99 | max |\n|---|---:|---:|---:|---:|---:|\n")
+	for _, rtt := range bench.RTTs {
+		for _, f := range bench.Contenders {
+			r, ok := rp.get(f.Name, 1000, 1, 0, rtt)
+			if !ok || r.OthersN == 0 {
+				continue
+			}
+			p("| %s | %s | %d | %s | %s | %s |\n", f.Name, rttText(rtt), r.OthersN, ms(r.Others.P50), ms(r.Others.P99), ms(r.Others.Max))
+		}
+	}
+	p("\nThe raw pipeline runs no script: its rows are the floor of this machine (2 shared cores). Bounding slotlock's stall by splitting a node's keys over several script calls is left to the library.\n\n")
+}
+
+func writeContended(b *strings.Builder, rp report) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	p("## Contended\n\n")
+	p("%d workers, K = %d keys per batch drawn from %d hot keys: most batches collide with several others. ", bench.ContendedW, bench.ContendedK, bench.HotKeys)
+	p("slotlock waits in its in-process queue and on release messages; rueidislock waits on invalidations; the others retry after a jittered backoff (1 to 64 ms).\n\n")
+	for _, rtt := range []time.Duration{0, bench.ContendedRTT} {
+		p("### RTT %s\n\n", rttText(rtt))
+		p("| contender | batches/s | keys/s | vs slotlock | latency p50 | latency p99 | wait p99 | longest wait | commands per batch |\n")
+		p("|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+		for _, f := range bench.Contenders {
+			c := bench.Contended(f.Name, rtt)
+			r, ok := find(rp.rows, c)
+			if !ok {
+				p("| %s | %s | | | | | | | |\n", f.Name, missing(rp, c))
+				continue
+			}
+			ratio, _ := rp.ratio(f.Name, "slotlock", bench.ContendedK, bench.ContendedW, bench.HotKeys, rtt)
+			p("| %s | %s%s | %s | %.2f× | %s | %s | %s | %s | %s |\n", f.Name, num(r.BatchesPerSec()), dagger(r), num(r.KeysPerSec()), ratio,
+				ms(r.Latency.P50), ms(r.Latency.P99), ms(r.Wait.P99), ms(r.Wait.Max), commandMix(r, 5))
+		}
+		p("\n")
+	}
+	writeStalls(b, rp)
+}
+
+// writeProcs reports the contended cell with slotlock's workers in
+// separate processes.
+func writeProcs(b *strings.Builder, rp report) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	p("## Separate processes\n\n")
+	p("The contended cell at RTT %s with slotlock's %d workers spread over separate OS processes (the benchmark binary re-executed), each process with its own client and Locker, as instances of a service would have: ", ms(bench.ContendedRTT), bench.ContendedW)
+	p("workers of different processes cannot queue for each other in memory and meet only in Redis. ")
+	p("Exclusion is checked across processes: each reports when each batch was held (CLOCK_MONOTONIC, from Lock's return to before Release), and the parent replays every interval through the same exclusion table as the in-process check. The processes start together after each verified its keys.\n\n")
+	p("| processes × workers | batches/s | latency p50 | latency p99 | wait p99 | longest wait | client CPU per batch |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, n := range bench.ProcsSplits {
+		c := bench.Contended("slotlock", bench.ContendedRTT)
+		c.Procs = n
+		r, ok := find(rp.rows, c)
+		if !ok {
+			p("| %d × %d | %s | | | | | |\n", n, bench.ContendedW/n, missing(rp, c))
+			continue
+		}
+		p("| %d × %d | %s%s | %s | %s | %s | %s | %s |\n", n, bench.ContendedW/n, num(r.BatchesPerSec()), dagger(r), ms(r.Latency.P50), ms(r.Latency.P99), ms(r.Wait.P99), ms(r.Wait.Max), ms(r.PerBatch(r.ClientCPU)))
+	}
+	if r, ok := find(rp.rows, bench.Contended("slotlock", bench.ContendedRTT)); ok {
+		p("| 1 × %d, in this process (the matrix's cell) | %s | %s | %s | %s | %s | %s |\n", bench.ContendedW, num(r.BatchesPerSec()), ms(r.Latency.P50), ms(r.Latency.P99), ms(r.Wait.P99), ms(r.Wait.Max), ms(r.PerBatch(r.ClientCPU)))
+	}
+	p("\n")
+}

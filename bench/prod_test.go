@@ -1,0 +1,182 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slotlock/slotlock/bench/latency"
+)
+
+// TestContendersBehindRTT: every contender's client goes through the
+// delaying dialer (a batch takes at least a round trip), and still proves
+// it held its keys.
+func TestContendersBehindRTT(t *testing.T) {
+	env := newEnv(t)
+	ctx := context.Background()
+	const rtt = time.Millisecond
+	for _, f := range Contenders {
+		cell := Cell{Contender: f.Name, K: 10, W: 2, RTT: rtt}
+		t.Run(cell.Name(), func(t *testing.T) {
+			w0 := env.Wire.Writes.Load()
+			run, err := env.NewRun(ctx, cell)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer run.Close()
+			if err := run.Verify(ctx, 3); err != nil {
+				t.Fatal(err)
+			}
+			if env.Wire.Writes.Load() == w0 {
+				t.Fatal("no chunk went through the delaying layer")
+			}
+			res := run.round(ctx, 4, false)
+			if res.Err != nil {
+				t.Fatal(res.Err)
+			}
+			// Lock and release: at least two round trips, less the
+			// clock's lead in each of four directions.
+			if min := 2*rtt - 4*latency.Lead(); res.Latency.P50 < min {
+				t.Fatalf("batch p50 %v behind a %v round trip, want at least %v", res.Latency.P50, rtt, min)
+			}
+		})
+	}
+}
+
+// TestMeasureWire: what the report prints can only be at least the
+// asked-for round trip (less the clock's lead each way).
+func TestMeasureWire(t *testing.T) {
+	env := newEnv(t)
+	const rtt = time.Millisecond
+	w, err := env.MeasureWire(context.Background(), rtt, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	floor := rtt - 2*latency.Lead()
+	if w.Ping.P50 < floor || w.Pipeline.P50 < floor {
+		t.Fatalf("PING p50 %v, pipeline p50 %v, want at least %v", w.Ping.P50, w.Pipeline.P50, floor)
+	}
+	t.Logf("asked %v: PING p50 %v p99 %v, %d-command pipeline p50 %v", rtt, w.Ping.P50, w.Ping.P99, WirePipeline, w.Pipeline.P50)
+}
+
+func TestObserver(t *testing.T) {
+	env := newEnv(t)
+	o, err := env.startObserver(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	d, n, errs := o.stop()
+	if n == 0 || errs > 0 || d.Max <= 0 {
+		t.Fatalf("observer: %d GETs, %d failed, %+v", n, errs, d)
+	}
+}
+
+// TestCheckHolds: the cross-process check sees an overlap on one key, and
+// only that.
+func TestCheckHolds(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		holds []Hold
+		want  int
+	}{
+		{"apart", []Hold{{W: 0, From: 10, To: 20, Keys: []int32{1, 2}}, {W: 1, From: 21, To: 30, Keys: []int32{2, 3}}}, 0},
+		{"touching", []Hold{{W: 0, From: 10, To: 20, Keys: []int32{1, 2}}, {W: 1, From: 20, To: 30, Keys: []int32{2}}}, 0},
+		{"other keys", []Hold{{W: 0, From: 10, To: 20, Keys: []int32{1}}, {W: 1, From: 15, To: 30, Keys: []int32{2}}}, 0},
+		{"overlap", []Hold{{W: 1, From: 15, To: 30, Keys: []int32{5, 2}}, {W: 0, From: 10, To: 20, Keys: []int32{1, 2}}}, 1},
+		{"inside", []Hold{{W: 0, From: 10, To: 40, Keys: []int32{7}}, {W: 3, From: 20, To: 30, Keys: []int32{7}}}, 1},
+	} {
+		if got := CheckHolds(tc.holds, 10); got != tc.want {
+			t.Errorf("%s: %d violations, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestProcs runs the contended cell over worker processes (this test
+// binary, re-executed): every process verifies its keys, the parent finds
+// no overlap across them, and the batches of all processes are counted.
+func TestProcs(t *testing.T) {
+	env := newEnv(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, procs := range []int{1, 2} {
+		cell := Cell{Contender: "slotlock", K: 5, W: 4, Hot: 30, RTT: 200 * time.Microsecond, Procs: procs}
+		t.Run(cell.Name(), func(t *testing.T) {
+			res := env.RunProcs(context.Background(), cell, 300*time.Millisecond, 2, func() *exec.Cmd { return exec.Command(exe) })
+			if res.Err != nil {
+				t.Fatal(res.Err)
+			}
+			if res.Batches < cell.W || res.Violations != 0 || res.Latency.P50 <= 0 {
+				t.Fatalf("%d batches, %d violations, latency %+v", res.Batches, res.Violations, res.Latency)
+			}
+		})
+	}
+}
+
+// TestAttach runs contenders against "a cluster the user already has"
+// (the harness's, on loopback): Attach refuses a prefix that holds keys,
+// every key the contenders write is under the prefix, and Cleanup leaves
+// none behind.
+func TestAttach(t *testing.T) {
+	base := newEnv(t)
+	ctx := context.Background()
+	if err := base.reset(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const prefix = "slotbench-test:"
+	if err := base.probe.Do(ctx, base.probe.B().Set().Key(prefix+"someone's").Value("data").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Attach(ctx, base.Seeds(), prefix); !errors.Is(err, ErrPrefixInUse) {
+		t.Fatalf("Attach over an existing key = %v, want ErrPrefixInUse", err)
+	}
+	if err := base.reset(ctx); err != nil {
+		t.Fatal(err)
+	}
+	env, err := Attach(ctx, base.Seeds(), prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	if _, err := Attach(ctx, base.Seeds(), "bad{prefix}"); err == nil {
+		t.Fatal("Attach accepted a prefix with braces")
+	}
+	for _, f := range Contenders {
+		cell := Cell{Contender: f.Name, K: 10, W: 2}
+		run, err := env.NewRun(ctx, cell)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := run.Verify(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		// Mid-run, before any cleanup: what is in the cluster now was
+		// written by the contenders (and their libraries' own keys).
+		for _, m := range env.masters {
+			entry, err := m.client.Do(ctx, m.client.B().Scan().Cursor(0).Count(10000).Build()).AsScanEntry()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range entry.Elements {
+				if !strings.HasPrefix(k, prefix) {
+					t.Errorf("%s wrote %q on %s, outside the prefix %q", f.Name, k, m.addr, prefix)
+				}
+			}
+		}
+		run.Close()
+	}
+	if _, err := env.Cleanup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range env.masters {
+		if k, err := firstKey(ctx, m, prefix); err != nil || k != "" {
+			t.Fatalf("after Cleanup %s still holds %q (%v)", m.addr, k, err)
+		}
+	}
+}
