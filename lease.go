@@ -30,6 +30,7 @@ type Lease struct {
 	holder *localq.Holder
 	renew  bool
 	eng    engine // the strategy that took the keys releases them
+	req    protocol.Request
 
 	mu       sync.Mutex
 	deadline time.Time

@@ -81,12 +81,7 @@ type acquisition struct {
 	s   Strategy
 	set *Set
 	r   *Request
-	// since[i] is a moment before key i last got its expiry, for the keys
-	// that may be the lease's (zero otherwise).
-	since []time.Time
-	// touched[i]: an attempt may have written key i and no release has
-	// cleared it since; what a rollback must cover.
-	touched []bool
+	keys []memo // per key of set
 	// With MinReplicas: acked[i] is how many replicas acknowledged the
 	// write that last gave key i its expiry (-1: enough), on master
 	// node[i].
@@ -94,9 +89,19 @@ type acquisition struct {
 	node  []string
 }
 
+// memo is what an acquisition remembers of one key.
+type memo struct {
+	// since is a moment before the key last got its expiry, for a key
+	// that may be the lease's (zero otherwise).
+	since time.Time
+	// touched: an attempt may have written the key and no release has
+	// cleared it since; what a rollback must cover.
+	touched bool
+}
+
 func newAcquisition(s Strategy, set *Set, r *Request) *acquisition {
 	n := set.Len()
-	q := &acquisition{s: s, set: set, r: r, since: make([]time.Time, n), touched: make([]bool, n)}
+	q := &acquisition{s: s, set: set, r: r, keys: make([]memo, n)}
 	if r.MinReplicas > 0 {
 		q.acked, q.node = make([]int, n), make([]string, n)
 		for i := range q.acked {
@@ -113,7 +118,7 @@ func (q *acquisition) record(a *Attempt, from int, t0 time.Time) {
 		case NotHeld:
 			continue
 		case Held:
-			q.since[i] = t0
+			q.keys[i].since = t0
 			if q.acked != nil && i < len(a.Node) {
 				q.acked[i], q.node[i] = -1, a.Node[i]
 				if acked, ok := a.Short[a.Node[i]]; ok {
@@ -121,11 +126,11 @@ func (q *acquisition) record(a *Attempt, from int, t0 time.Time) {
 				}
 			}
 		case Kept, Unknown:
-			if q.since[i].IsZero() {
-				q.since[i] = t0 // a lost reply: the write, if it ran, ran after t0
+			if q.keys[i].since.IsZero() {
+				q.keys[i].since = t0 // a lost reply: the write, if it ran, ran after t0
 			}
 		}
-		q.touched[i] = true
+		q.keys[i].touched = true
 	}
 }
 
@@ -147,7 +152,7 @@ func (q *acquisition) renew(ctx context.Context, idx []int) (int, error) {
 	}
 	for _, i := range idx {
 		if !slices.Contains(res.Lost, i) && !slices.Contains(res.Failed, i) {
-			q.since[i] = t
+			q.keys[i].since = t
 		}
 	}
 	return bad, res.Err
@@ -159,8 +164,8 @@ func (q *acquisition) renew(ctx context.Context, idx []int) (int, error) {
 // that renewal (or Len()) and its error.
 func (q *acquisition) finish(ctx context.Context, a *Attempt, t0 time.Time) (Grant, int, error) {
 	var old []int
-	for i, s := range q.since {
-		if s.Before(t0) {
+	for i, k := range q.keys {
+		if k.since.Before(t0) {
 			old = append(old, i)
 		}
 	}
@@ -202,8 +207,8 @@ func (q *acquisition) shortfalls() []ReplicaShortfall {
 // touchedAbove returns the touched keys above f.
 func (q *acquisition) touchedAbove(f int) []int {
 	var out []int
-	for i := f + 1; i < len(q.touched); i++ {
-		if q.touched[i] {
+	for i := f + 1; i < len(q.keys); i++ {
+		if q.keys[i].touched {
 			out = append(out, i)
 		}
 	}
@@ -224,7 +229,7 @@ func (q *acquisition) release(ctx context.Context, idx []int) error {
 		if slices.Contains(res.Failed, i) {
 			continue // may still be ours: a later rollback tries again
 		}
-		q.touched[i], q.since[i] = false, time.Time{}
+		q.keys[i] = memo{}
 		if q.acked != nil {
 			q.acked[i] = -1
 		}
@@ -298,7 +303,7 @@ func Lock(ctx context.Context, s Strategy, set *Set, r *Request) (Grant, error) 
 		from := held
 		if s.RefreshesHeld() {
 			from = 0
-		} else if held > 0 && time.Since(oldest(q.since[:held])) > r.TTL/3 {
+		} else if held > 0 && time.Since(q.oldest(held)) > r.TTL/3 {
 			// A long wait: keep the prefix from expiring under us.
 			bad, err := q.renew(ctx, set.All(0)[:held])
 			if err != nil && !Transient(err) {
@@ -380,11 +385,12 @@ func conflictAt(cs []Conflict, idx int) (Conflict, bool) {
 	return Conflict{}, false
 }
 
-func oldest(ts []time.Time) time.Time {
-	o := ts[0]
-	for _, t := range ts[1:] {
-		if t.Before(o) {
-			o = t
+// oldest returns the earliest since of the keys [0, n).
+func (q *acquisition) oldest(n int) time.Time {
+	o := q.keys[0].since
+	for _, k := range q.keys[1:n] {
+		if k.since.Before(o) {
+			o = k.since
 		}
 	}
 	return o
