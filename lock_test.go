@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/slotlock/slotlock"
+	"github.com/slotlock/slotlock/batch"
 	"github.com/slotlock/slotlock/slot"
 )
 
@@ -358,6 +359,44 @@ func TestCancelDuringWaitLeavesNothing(t *testing.T) {
 			require.NoError(t, h.Release(ctx))
 			require.Empty(t, e.lockKeys())
 			require.Zero(t, waiter.LocalLen())
+		})
+	}
+}
+
+// TestBigBatchSplitsCalls: a node's keys beyond batch.MaxCallKeys go in
+// several script calls of one round trip, so that no call holds a node for
+// long (BenchmarkOthersStall). The batch stays all or nothing: a key held
+// in the middle of a later call fails TryLock with nothing left, and Lock
+// waits for it and then holds every key.
+func TestBigBatchSplitsCalls(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			ctx := ctxT(t, 60*time.Second)
+			l := e.locker(slotlock.Options{PerSlot: m.perSlot})
+			other := e.locker(slotlock.Options{})
+			// Keys of one slot (a shared hash tag), so that per-slot mode
+			// has a call to split too: 3 calls of one node.
+			keys := keysN("{big}k", 3*batch.MaxCallKeys)
+			blocker, err := other.Lock(ctx, keys[2*batch.MaxCallKeys+7])
+			require.NoError(t, err)
+
+			before := e.scriptCalls(ctx)
+			_, err = l.TryLock(ctx, keys...)
+			require.ErrorIs(t, err, slotlock.ErrNotAcquired)
+			var ce *slotlock.ConflictError
+			require.ErrorAs(t, err, &ce)
+			require.Equal(t, keys[2*batch.MaxCallKeys+7], ce.Conflicts[0].Key)
+			require.Len(t, e.lockKeys(), 1, "only the blocker's key: the calls that took theirs were rolled back")
+			// One acquire attempt sends 3 calls (then the rollback's
+			// release calls).
+			require.GreaterOrEqual(t, e.scriptCalls(ctx)-before, int64(3+3))
+
+			got := lockInBackground(ctx, l, keys...)
+			require.NoError(t, blocker.Release(ctx))
+			require.NoError(t, <-got)
+			require.Empty(t, e.lockKeys())
 		})
 	}
 }

@@ -35,8 +35,20 @@ type call struct {
 	perSlot bool
 }
 
-// plan groups each job's keys by the master that owns their slot, and by
-// slot too in per-slot mode.
+// MaxCallKeys bounds the keys of one script call. A node runs a script
+// alone: every other client of that node waits while it runs, and the
+// acquire script costs the node a few microseconds per key. Without a
+// bound, locking 100,000 keys held each master for one call of 33,000
+// keys, and another client's GET waited up to 213 ms (BenchmarkOthersStall,
+// docs/design.md). A node's keys beyond the bound go in more calls of the
+// same pipelined round trip: Redis reads a pipeline in chunks and serves
+// other clients between them. Each call is all or nothing (or a prefix)
+// by itself; the protocol already treats calls that succeed while others
+// fail, as it does across nodes.
+const MaxCallKeys = 512
+
+// plan groups each job's keys by the master that owns their slot (and by
+// slot too in per-slot mode), at most MaxCallKeys keys per call.
 func (e *Engine) plan(ctx context.Context, jobs []job, perSlot bool) ([]call, uint64, error) {
 	gen := e.topo.Generation()
 	m, err := e.topo.Current(ctx)
@@ -74,12 +86,16 @@ func (e *Engine) plan(ctx context.Context, jobs []job, perSlot bool) ([]call, ui
 				continue
 			}
 			if !perSlot && !e.inSlotMode(m.Addrs[o]) {
-				calls = append(calls, call{job: ji, node: m.Addrs[o], idx: group})
+				for len(group) > 0 {
+					n := min(len(group), MaxCallKeys)
+					calls = append(calls, call{job: ji, node: m.Addrs[o], idx: group[:n]})
+					group = group[n:]
+				}
 				continue
 			}
 			for a := 0; a < len(group); {
 				b := a + 1
-				for b < len(group) && j.set.Keys[group[b]].Slot == j.set.Keys[group[a]].Slot {
+				for b < len(group) && b-a < MaxCallKeys && j.set.Keys[group[b]].Slot == j.set.Keys[group[a]].Slot {
 					b++
 				}
 				calls = append(calls, call{job: ji, node: m.Addrs[o], idx: group[a:b], perSlot: true})

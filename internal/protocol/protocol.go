@@ -78,9 +78,9 @@ const maxTopologyRetries = 5
 
 // acquisition is what one TryLock or Lock remembers between attempts.
 type acquisition struct {
-	s   Strategy
-	set *Set
-	r   *Request
+	s    Strategy
+	set  *Set
+	r    *Request
 	keys []memo // per key of set
 	// With MinReplicas: acked[i] is how many replicas acknowledged the
 	// write that last gave key i its expiry (-1: enough), on master
