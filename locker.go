@@ -14,6 +14,7 @@ import (
 	"github.com/slotlock/slotlock/batch"
 	"github.com/slotlock/slotlock/internal/localq"
 	"github.com/slotlock/slotlock/internal/topology"
+	"github.com/slotlock/slotlock/internal/tracking"
 	"github.com/slotlock/slotlock/pipeline"
 	"github.com/slotlock/slotlock/slot"
 )
@@ -36,7 +37,8 @@ type Locker struct {
 	waker    *batch.Waker
 	local    *localq.Table // nil with Options.NoLocalQueue
 	dog      *watchdog
-	secret   [32]byte // keys owner tokens (WithOwner)
+	track    *tracking.Tracker // nil with Options.NoLossTracking; see lost.go
+	secret   [32]byte          // keys owner tokens (WithOwner)
 	closed   atomic.Bool
 	cleanup  batch.Cleanup
 
@@ -81,6 +83,7 @@ func New(client rueidis.Client, opt Options) (*Locker, error) {
 		l.local = localq.New()
 	}
 	l.dog = newWatchdog(l)
+	l.track = newLossTracker(l) // lost.go
 	return l, nil
 }
 
@@ -93,6 +96,9 @@ func (l *Locker) Close() error {
 		return nil
 	}
 	l.dog.close()
+	if l.track != nil {
+		l.track.Close() // lost.go
+	}
 	l.waker.Close()
 	l.lua.Close()
 	return nil
@@ -222,6 +228,7 @@ func (l *Locker) acquire(ctx context.Context, keys []string, wait bool) (*Lease,
 	}
 	le.granted(g)
 	l.dog.add(le)
+	l.watchLoss(le) // lost.go
 	return le, nil
 }
 
