@@ -37,10 +37,12 @@ type Locker struct {
 	waker    *batch.Waker
 	local    *localq.Table // nil with Options.NoLocalQueue
 	dog      *watchdog
-	track    *tracking.Tracker // nil with Options.NoLossTracking; see lost.go
-	secret   [32]byte          // keys owner tokens (WithOwner)
+	secret   [32]byte // keys owner tokens (WithOwner)
 	closed   atomic.Bool
 	cleanup  batch.Cleanup
+	// track sees lost leases at once (lost.go); nil with
+	// Options.NoLossTracking.
+	track *tracking.Tracker
 
 	// afterFailure, set only by tests, sees the token of every attempt
 	// that returned an error, so a test can prove the attempt left nothing.
