@@ -2,9 +2,12 @@ package slotlock_test
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/slotlock/slotlock"
@@ -94,4 +97,130 @@ func TestLossIsSeenAtOnce(t *testing.T) {
 			require.ErrorAs(t, err, &le)
 		})
 	}
+}
+
+// TestNoFalseLoss: a lease that is not lost survives everything that sends
+// its tracker an invalidation without a loss: its own renewals (PEXPIRE of
+// every key, every 200 ms), other leases taking and releasing other keys
+// in the same slots, and its client's connections killed (the tracker's
+// included: a nil invalidation, then a new connection). Bounded: 5 s.
+func TestNoFalseLoss(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	name := "nofalse-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	client, err := e.c.Client(func(o *rueidis.ClientOption) { o.ClientName = name })
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	const ttl = 600 * time.Millisecond
+	l, err := slotlock.New(client, slotlock.Options{Prefix: e.prefix, TTL: ttl, Renew: slotlock.RenewAlways})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	other := e.locker(slotlock.Options{TTL: time.Second})
+	ctx := ctxT(t, 60*time.Second)
+
+	// Keys in the slots of "other" keys: "{tag}held:i" and "{tag}free:i".
+	var held, free []string
+	for i := range 200 {
+		tag := "{" + strconv.Itoa(i%50) + "}"
+		held = append(held, tag+"held:"+strconv.Itoa(i))
+		free = append(free, tag+"free:"+strconv.Itoa(i))
+	}
+	lease, err := l.Lock(ctx, held...)
+	require.NoError(t, err)
+	requireRegistered(t, l, int64(len(held)))
+
+	masters, err := e.c.Masters(ctx)
+	require.NoError(t, err)
+	kills := 0
+	start := time.Now()
+	for i := 0; time.Since(start) < 5*time.Second; i++ {
+		// Other keys of the same slots change hands.
+		o, err := other.Lock(ctx, free[i%len(free)], free[(i+7)%len(free)])
+		require.NoError(t, err)
+		require.NoError(t, o.Release(ctx))
+		if i%50 == 49 {
+			// Every connection of the lease's client, the tracker's too.
+			for _, m := range masters {
+				kills += killClients(t, ctx, m.Do, name)
+			}
+		}
+		select {
+		case <-lease.Done():
+			t.Fatalf("false loss after %v: %v (stats %+v)", time.Since(start), lease.Err(), l.LossStats())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	st := l.LossStats()
+	t.Logf("%d connections killed; tracker: %+v", kills, st)
+	require.NoError(t, lease.Err())
+	require.Positive(t, kills)
+	require.Positive(t, st.Resyncs, "a killed tracking connection reports nil")
+	// The renewals' own invalidations came, and each was read again as held.
+	require.Greater(t, st.Hints, int64(5*len(held)))
+	require.Greater(t, st.Held, st.Hints/2)
+	// After all those reconnections the keys are registered again: a DEL
+	// is still seen at once.
+	names, _ := slot.NewNamer(e.prefix)
+	victim := lease.Keys()[42]
+	lctx, cancel := lease.Context(ctx)
+	defer cancel()
+	at := time.Now()
+	require.NoError(t, e.client.Do(ctx, e.client.B().Del().Key(names.LockKey(victim)).Build()).Error())
+	require.Less(t, requireLost(t, lease, lctx, at, 5*time.Second, victim), time.Second)
+	// A release is not a loss, though its DELs invalidate every key.
+	rel, err := l.Lock(ctx, free...)
+	require.NoError(t, err)
+	requireRegistered(t, l, st.Held+int64(len(free)))
+	require.NoError(t, rel.Release(ctx))
+	require.ErrorIs(t, rel.Err(), slotlock.ErrReleased)
+}
+
+// killClients kills, through do (one node), every connection named name
+// and returns how many.
+func killClients(t *testing.T, ctx context.Context, do func(context.Context, ...string) rueidis.RedisResult, name string) int {
+	t.Helper()
+	list, err := do(ctx, "CLIENT", "LIST", "TYPE", "normal").ToString()
+	require.NoError(t, err)
+	n := 0
+	for _, line := range strings.Split(list, "\n") {
+		if !strings.Contains(line, " name="+name+" ") {
+			continue
+		}
+		id, _, _ := strings.Cut(strings.TrimPrefix(line, "id="), " ")
+		if do(ctx, "CLIENT", "KILL", "ID", id).Error() == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// TestExpiryIsSeenAtTheDeadline: a lease that is not renewed ends when its
+// deadline passes, not at the watchdog's next tick (every TTL/3 = 500 ms
+// here, so up to 500 ms later), naming every key.
+func TestExpiryIsSeenAtTheDeadline(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	l := e.locker(slotlock.Options{TTL: 1500 * time.Millisecond})
+	ctx := ctxT(t, 30*time.Second)
+	// A first lease starts the watchdog's ticks; the second comes 250 ms
+	// later, so its deadline falls half-way between two ticks.
+	first, err := l.Lock(ctx, "first")
+	require.NoError(t, err)
+	defer func() { _ = first.Release(ctx) }()
+	time.Sleep(250 * time.Millisecond) // offsets the ticks; the assertion does not depend on it being exact
+	keys := keysN("exp", 10)
+	lease, err := l.Lock(ctx, keys...)
+	require.NoError(t, err)
+	lctx, cancel := lease.Context(ctx)
+	defer cancel()
+	deadline := lease.Deadline()
+	want := lease.Keys()
+	select {
+	case <-lease.Done():
+		t.Fatal("ended before its deadline")
+	case <-time.After(time.Until(deadline) - 100*time.Millisecond):
+	}
+	late := requireLost(t, lease, lctx, deadline, 5*time.Second, want...)
+	t.Logf("ended %v after the deadline", late)
+	require.Less(t, late, 200*time.Millisecond)
 }
