@@ -18,7 +18,7 @@ import (
 const (
 	readTimeout = time.Second
 	minBackoff  = 10 * time.Millisecond
-	maxBackoff  = time.Second
+	maxBackoff  = 250 * time.Millisecond
 )
 
 // errNoClient: rueidis does not (yet) know the node, e.g. right after a
@@ -123,11 +123,20 @@ func (n *node) run() {
 	defer n.closeConn()
 	var retry <-chan time.Time
 	for {
-		select {
-		case <-n.t.stop:
-			return
-		case <-n.kick:
-		case <-retry:
+		if retry != nil {
+			// Backing off: new keys wait too, or a stream of them (a
+			// reroute after each failure) would make it a busy loop.
+			select {
+			case <-n.t.stop:
+				return
+			case <-retry:
+			}
+		} else {
+			select {
+			case <-n.t.stop:
+				return
+			case <-n.kick:
+			}
 		}
 		retry = nil
 		if n.t.refused.Load() {
