@@ -71,22 +71,24 @@ type Tracker struct {
 	started bool
 	closed  bool
 
-	kick chan struct{}
-	stop chan struct{}
-	wg   sync.WaitGroup
+	kick      chan struct{} // wakes run: a deadline moved
+	routeKick chan struct{} // wakes routeLoop: keys to route
+	stop      chan struct{}
+	wg        sync.WaitGroup
 }
 
 // New returns a Tracker that talks to the masters of client, routing keys
 // with topo.
 func New(client rueidis.Client, topo *topology.Source) *Tracker {
 	return &Tracker{
-		client:  client,
-		topo:    topo,
-		keys:    make(map[string][]ref),
-		nodes:   make(map[string]*node),
-		toRoute: make(map[string]struct{}),
-		kick:    make(chan struct{}, 1),
-		stop:    make(chan struct{}),
+		client:    client,
+		topo:      topo,
+		keys:      make(map[string][]ref),
+		nodes:     make(map[string]*node),
+		toRoute:   make(map[string]struct{}),
+		kick:      make(chan struct{}, 1),
+		routeKick: make(chan struct{}, 1),
+		stop:      make(chan struct{}),
 	}
 }
 
@@ -117,8 +119,9 @@ func (t *Tracker) Watch(w *Watch) {
 	}
 	if !t.started {
 		t.started = true
-		t.wg.Add(1)
+		t.wg.Add(2)
 		go t.run()
+		go t.routeLoop()
 	}
 	t.push(w, w.Deadline())
 	if !t.refused.Load() {
@@ -126,6 +129,7 @@ func (t *Tracker) Watch(w *Watch) {
 			t.keys[k] = append(t.keys[k], ref{w, i})
 			t.toRoute[k] = struct{}{}
 		}
+		t.pokeRouter()
 	}
 	t.poke()
 }
@@ -186,6 +190,13 @@ func (t *Tracker) poke() {
 	}
 }
 
+func (t *Tracker) pokeRouter() {
+	select {
+	case t.routeKick <- struct{}{}:
+	default:
+	}
+}
+
 // push queues w's deadline d unless an entry at or before d is queued.
 func (t *Tracker) push(w *Watch, d time.Time) {
 	if !w.queued.IsZero() && !d.Before(w.queued) {
@@ -199,8 +210,8 @@ func (t *Tracker) push(w *Watch, d time.Time) {
 // slot without a master during a failover) are tried again.
 const routeRetry = 50 * time.Millisecond
 
-// run is the main loop: it ends watches whose deadline passed and sends
-// keys to their master's connection.
+// run ends watches whose deadline passed. It does no I/O, so that nothing
+// (a slot map read from a paused node) can make a deadline late.
 func (t *Tracker) run() {
 	defer t.wg.Done()
 	timer := time.NewTimer(time.Hour)
@@ -210,15 +221,31 @@ func (t *Tracker) run() {
 		for _, w := range expired {
 			w.Expired()
 		}
-		if !t.route() {
-			next = min(next, routeRetry)
-		}
 		timer.Reset(next)
 		select {
 		case <-t.stop:
 			return
 		case <-t.kick:
 		case <-timer.C:
+		}
+	}
+}
+
+// routeLoop sends keys to their master's connection, reading the slot map
+// when it has to.
+func (t *Tracker) routeLoop() {
+	defer t.wg.Done()
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-t.routeKick:
+		case <-retry:
+		}
+		retry = nil
+		if !t.route() {
+			retry = time.After(routeRetry)
 		}
 	}
 }
@@ -333,7 +360,7 @@ func (t *Tracker) reroute(keys []string) {
 	}
 	t.refresh = true
 	t.mu.Unlock()
-	t.poke()
+	t.pokeRouter()
 }
 
 // watched reports which of keys some watch holds.
