@@ -28,7 +28,10 @@ func TestLossOnNodeFaults(t *testing.T) {
 	}
 
 	t.Run("paused master: expiry at the deadline", func(t *testing.T) {
-		l := e.locker(slotlock.Options{TTL: time.Second, Renew: slotlock.RenewAlways})
+		// TTL 3 s: the watchdog would see the expiry after a renewal
+		// that times out (1 s) and its retry, typically hundreds of ms
+		// late; the deadline alone is on time.
+		l := e.locker(slotlock.Options{TTL: 3 * time.Second, Renew: slotlock.RenewAlways})
 		lease, err := l.Lock(ctx, "paused:1")
 		require.NoError(t, err)
 		lctx, cancel := lease.Context(ctx)
@@ -38,7 +41,7 @@ func TestLossOnNodeFaults(t *testing.T) {
 		defer func() { require.NoError(t, m.Resume()) }()
 		late := requireLost(t, lease, lctx, lease.Deadline(), 10*time.Second, "paused:1")
 		t.Logf("ended %v after the deadline", late)
-		require.Less(t, late, time.Second)
+		require.Less(t, late, 100*time.Millisecond)
 	})
 	require.NoError(t, c.WaitReady(ctx))
 
