@@ -125,8 +125,7 @@ func TestServerTrackingSemantics(t *testing.T) {
 		tr := dial(t, addr, true)
 		tr.do("GET", keys[0]) // the key does not even exist
 		writer.do("SET", keys[0], "v")
-		require.Eventually(t, func() bool { return len(tr.p.got) > 0 }, 2*time.Second, time.Millisecond)
-		require.Equal(t, []string{keys[0]}, tr.fence())
+		require.Equal(t, []string{keys[0]}, waitPushes(t, tr, 1))
 		writer.do("SET", keys[0], "w") // registration was consumed
 		require.Empty(t, tr.fence())
 	})
