@@ -12,6 +12,7 @@ import (
 	"github.com/slotlock/slotlock/batch"
 	"github.com/slotlock/slotlock/internal/localq"
 	"github.com/slotlock/slotlock/internal/protocol"
+	"github.com/slotlock/slotlock/internal/tracking"
 	"github.com/slotlock/slotlock/slot"
 )
 
@@ -46,6 +47,7 @@ type Lease struct {
 	cause     error // ErrReleased, or a *LostError
 	done      chan struct{}
 	onEnd     map[*struct{}]func(error)
+	watch     *tracking.Watch // the loss tracker's view (lost.go), nil without one
 }
 
 func newLease(l *Locker, set *protocol.Set, token string, ctx context.Context) *Lease {
@@ -197,6 +199,7 @@ func (le *Lease) end(cause error) bool {
 		fn(cause)
 	}
 	le.l.dog.remove(le)
+	le.forgetLoss() // lost.go
 	if le.l.local != nil {
 		// A lost lease no longer holds its keys for the local waiters
 		// either; Redis still guards whatever it does hold.
@@ -279,6 +282,7 @@ func (le *Lease) Release(ctx context.Context) error {
 	if released {
 		return nil
 	}
+	le.forgetLoss() // lost.go: our own DELs are not a loss
 	r := le.eng.Release(ctx, le.set, nil, le.who)
 	lost, err := r.Lost, public(r.Err)
 	if err != nil && ctx.Err() != nil {
@@ -332,6 +336,7 @@ func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	le.deadline = t0.Add(ttl)
 	le.holder.SetDeadline(le.deadline)
 	le.mu.Unlock()
+	le.rearmLoss() // lost.go
 	return nil
 }
 

@@ -161,7 +161,9 @@ func TestLostKeyIsDetectedByTheWatchdog(t *testing.T) {
 	// 2-core machine: if a renewal ran late, other keys would expire too
 	// and the loss would rightly name them, which is not what this tests.
 	const ttl = 1500 * time.Millisecond
-	l := e.locker(slotlock.Options{TTL: ttl, Renew: slotlock.RenewAlways})
+	// NoLossTracking: the watchdog alone, as when the server refuses
+	// client tracking (TestLossIsSeenAtOnce covers the tracker).
+	l := e.locker(slotlock.Options{TTL: ttl, Renew: slotlock.RenewAlways, NoLossTracking: true})
 	ctx := ctxT(t, 30*time.Second)
 	keys := keysN("lost", 500)
 	lease, err := l.Lock(ctx, keys...)

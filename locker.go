@@ -16,6 +16,7 @@ import (
 	"github.com/slotlock/slotlock/internal/localq"
 	"github.com/slotlock/slotlock/internal/protocol"
 	"github.com/slotlock/slotlock/internal/topology"
+	"github.com/slotlock/slotlock/internal/tracking"
 	"github.com/slotlock/slotlock/pipeline"
 	"github.com/slotlock/slotlock/slot"
 )
@@ -39,6 +40,9 @@ type Locker struct {
 	dog      *watchdog
 	secret   [32]byte // keys owner tokens (WithOwner)
 	closed   atomic.Bool
+	// track sees lost leases at once (lost.go); nil with
+	// Options.NoLossTracking.
+	track *tracking.Tracker
 
 	// afterFailure, set only by tests, sees the token of every attempt
 	// that returned an error, so a test can prove the attempt left nothing.
@@ -79,6 +83,7 @@ func New(client rueidis.Client, opt Options) (*Locker, error) {
 		l.local = localq.New()
 	}
 	l.dog = newWatchdog(l)
+	l.track = newLossTracker(l) // lost.go
 	return l, nil
 }
 
@@ -91,6 +96,9 @@ func (l *Locker) Close() error {
 		return nil
 	}
 	l.dog.close()
+	if l.track != nil {
+		l.track.Close() // lost.go
+	}
 	l.lua.Close()
 	return nil
 }
@@ -221,6 +229,7 @@ func (l *Locker) acquire(ctx context.Context, keys []string, wait bool) (*Lease,
 	}
 	le.granted(g)
 	l.dog.add(le)
+	l.watchLoss(le) // lost.go
 	return le, nil
 }
 

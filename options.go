@@ -83,6 +83,12 @@ type Options struct {
 	// Locker that want the same keys then meet in Redis instead of
 	// waiting in line in memory.
 	NoLocalQueue bool
+	// NoLossTracking turns off the server's notifications of lost keys
+	// (RESP3 client tracking on one extra connection per master): a
+	// lost key is then noticed by the watchdog, up to TTL/3 late, and
+	// an expired lease at the watchdog's next tick. See docs/design.md,
+	// "Seeing a lost lease at once", for what tracking costs the server.
+	NoLossTracking bool
 }
 
 func (o Options) withDefaults() (Options, slot.Namer, error) {

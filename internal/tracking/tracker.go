@@ -1,0 +1,426 @@
+package tracking
+
+import (
+	"container/heap"
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/slotlock/slotlock/internal/lockval"
+	"github.com/slotlock/slotlock/internal/topology"
+	"github.com/slotlock/slotlock/slot"
+)
+
+// Watch is one lease as the Tracker sees it. The caller fills the exported
+// fields and must not change them after Watch.
+type Watch struct {
+	// Keys are the lease's lock keys and Slots their hash slots, index by
+	// index.
+	Keys  []string
+	Slots []uint16
+	// Holder is what every lock key's value starts with while the lease
+	// holds it (the lease or owner token; see lockval.Holder).
+	Holder string
+	// Deadline returns when the keys expire unless renewed.
+	Deadline func() time.Time
+	// Lost is called once, with the indexes (into Keys, ascending) of keys
+	// a read on the server found not held by Holder.
+	Lost func(idx []int)
+	// Expired is called once when Deadline passed.
+	Expired func()
+
+	// ended: Lost or Expired was called, or the watch was forgotten;
+	// neither is called after that.
+	ended atomic.Bool
+	// queued is the deadline of the watch's entry in the Tracker's heap
+	// (zero: none), under Tracker.mu.
+	queued time.Time
+}
+
+// claim reports whether the caller is the one to end the watch.
+func (w *Watch) claim() bool { return w.ended.CompareAndSwap(false, true) }
+
+// ref is one key of one watch.
+type ref struct {
+	w *Watch
+	i int
+}
+
+// Tracker watches the lock keys of many leases; see the package comment.
+// Its goroutines (one for deadlines and routing, one per master it talks
+// to) start with the first Watch and end with Close.
+type Tracker struct {
+	client rueidis.Client
+	topo   *topology.Source
+
+	stats struct{ reads, held, hints, resyncs atomic.Int64 }
+
+	// refused is set when a server refused CLIENT TRACKING (an ACL, a
+	// proxy, a managed service): from then on only deadlines are watched.
+	refused atomic.Bool
+
+	mu      sync.Mutex
+	keys    map[string][]ref    // lock key -> the watches holding it
+	nodes   map[string]*node    // by master address
+	toRoute map[string]struct{} // keys to send to their master's connection
+	refresh bool                // toRoute came from a stale reply: read the slot map again
+	due     deadlines
+	started bool
+	closed  bool
+
+	kick      chan struct{} // wakes run: a deadline moved
+	routeKick chan struct{} // wakes routeLoop: keys to route
+	stop      chan struct{}
+	wg        sync.WaitGroup
+}
+
+// New returns a Tracker that talks to the masters of client, routing keys
+// with topo.
+func New(client rueidis.Client, topo *topology.Source) *Tracker {
+	return &Tracker{
+		client:    client,
+		topo:      topo,
+		keys:      make(map[string][]ref),
+		nodes:     make(map[string]*node),
+		toRoute:   make(map[string]struct{}),
+		kick:      make(chan struct{}, 1),
+		routeKick: make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+	}
+}
+
+// Stats counts the Tracker's work since New.
+type Stats struct {
+	Reads   int64 // keys read on tracking connections
+	Held    int64 // reads that found the key still held: registered again
+	Hints   int64 // invalidations of watched keys received
+	Resyncs int64 // nil invalidations (a flush, a connection's end)
+}
+
+// Stats returns the counters.
+func (t *Tracker) Stats() Stats {
+	return Stats{Reads: t.stats.reads.Load(), Held: t.stats.held.Load(),
+		Hints: t.stats.hints.Load(), Resyncs: t.stats.resyncs.Load()}
+}
+
+// Refused reports whether a server refused client tracking, so that only
+// deadlines are watched.
+func (t *Tracker) Refused() bool { return t.refused.Load() }
+
+// Watch starts watching w's keys and deadline.
+func (t *Tracker) Watch(w *Watch) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return
+	}
+	if !t.started {
+		t.started = true
+		t.wg.Add(2)
+		go t.run()
+		go t.routeLoop()
+	}
+	t.push(w, w.Deadline())
+	if !t.refused.Load() {
+		for i, k := range w.Keys {
+			t.keys[k] = append(t.keys[k], ref{w, i})
+			t.toRoute[k] = struct{}{}
+		}
+		t.pokeRouter()
+	}
+	t.poke()
+}
+
+// Forget stops watching w: Lost and Expired will not be called after it
+// returns. A lease calls it before it releases its keys, so that the
+// invalidations of its own release are never taken for a loss.
+func (t *Tracker) Forget(w *Watch) {
+	w.ended.Store(true)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, k := range w.Keys {
+		refs := t.keys[k]
+		refs = slices.DeleteFunc(refs, func(r ref) bool { return r.w == w })
+		if len(refs) > 0 {
+			t.keys[k] = refs
+			continue
+		}
+		delete(t.keys, k)
+		delete(t.toRoute, k)
+		for _, n := range t.nodes {
+			n.drop(k)
+		}
+	}
+}
+
+// Rearm tells the Tracker that w's deadline moved, possibly earlier (an
+// Extend to a shorter TTL). Later deadlines need no call.
+func (t *Tracker) Rearm(w *Watch) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed || w.ended.Load() {
+		return
+	}
+	t.push(w, w.Deadline())
+	t.poke()
+}
+
+// Close stops every goroutine and closes the connections. Watches are
+// left as they are; no callback runs after Close returns.
+func (t *Tracker) Close() {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	t.closed = true
+	close(t.stop)
+	t.mu.Unlock()
+	t.wg.Wait()
+}
+
+// poke wakes the main loop; t.mu is held or not, either way.
+func (t *Tracker) poke() {
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (t *Tracker) pokeRouter() {
+	select {
+	case t.routeKick <- struct{}{}:
+	default:
+	}
+}
+
+// push queues w's deadline d unless an entry at or before d is queued.
+func (t *Tracker) push(w *Watch, d time.Time) {
+	if !w.queued.IsZero() && !d.Before(w.queued) {
+		return
+	}
+	w.queued = d
+	heap.Push(&t.due, deadline{at: d, w: w})
+}
+
+// routeRetry is how soon keys that could not be routed (no slot map, a
+// slot without a master during a failover) are tried again.
+const routeRetry = 50 * time.Millisecond
+
+// run ends watches whose deadline passed. It does no I/O, so that nothing
+// (a slot map read from a paused node) can make a deadline late.
+func (t *Tracker) run() {
+	defer t.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		expired, next := t.expireDue(time.Now())
+		for _, w := range expired {
+			w.Expired()
+		}
+		timer.Reset(next)
+		select {
+		case <-t.stop:
+			return
+		case <-t.kick:
+		case <-timer.C:
+		}
+	}
+}
+
+// routeLoop sends keys to their master's connection, reading the slot map
+// when it has to.
+func (t *Tracker) routeLoop() {
+	defer t.wg.Done()
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-t.routeKick:
+		case <-retry:
+		}
+		retry = nil
+		if !t.route() {
+			retry = time.After(routeRetry)
+		}
+	}
+}
+
+// expireDue pops the watches whose deadline passed and claims them; it
+// returns them and how long until the next deadline.
+func (t *Tracker) expireDue(now time.Time) (expired []*Watch, next time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for t.due.Len() > 0 {
+		e := t.due[0]
+		if e.at.After(now) {
+			return expired, e.at.Sub(now)
+		}
+		heap.Pop(&t.due)
+		w := e.w
+		if !e.at.Equal(w.queued) || w.ended.Load() {
+			continue // superseded by an earlier entry, or done
+		}
+		w.queued = time.Time{}
+		if d := w.Deadline(); d.After(now) {
+			t.push(w, d) // renewed since
+			continue
+		}
+		if w.claim() {
+			expired = append(expired, w)
+		}
+	}
+	return expired, time.Hour
+}
+
+// route hands every key of toRoute to the connection of the master that
+// owns its slot; it reports false when some keys must wait for a slot map.
+func (t *Tracker) route() bool {
+	t.mu.Lock()
+	if len(t.toRoute) == 0 || t.closed {
+		t.mu.Unlock()
+		return true
+	}
+	refresh := t.refresh
+	t.refresh = false
+	t.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var m *slot.Map
+	var err error
+	if refresh {
+		m, err = t.topo.Refresh(ctx, t.topo.Generation())
+	} else {
+		m, err = t.topo.Current(ctx)
+	}
+	if m == nil {
+		_ = err // keys wait; the watchdog covers them meanwhile
+		return false
+	}
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return true
+	}
+	byNode := map[*node][]string{}
+	ok := true
+	for k := range t.toRoute {
+		refs := t.keys[k]
+		if len(refs) == 0 {
+			delete(t.toRoute, k)
+			continue
+		}
+		o := m.Owner(refs[0].w.Slots[refs[0].i])
+		if o < 0 {
+			ok = false
+			continue
+		}
+		n := t.nodeLocked(m.Addrs[o])
+		byNode[n] = append(byNode[n], k)
+		delete(t.toRoute, k)
+	}
+	for n, keys := range byNode {
+		for _, other := range t.nodes {
+			if other != n {
+				other.drop(keys...)
+			}
+		}
+		n.add(keys...)
+	}
+	return ok
+}
+
+// nodeLocked returns the connection state of addr, starting its goroutine
+// the first time.
+func (t *Tracker) nodeLocked(addr string) *node {
+	n := t.nodes[addr]
+	if n == nil {
+		n = newNode(t, addr)
+		t.nodes[addr] = n
+		t.wg.Add(1)
+		go n.run()
+	}
+	return n
+}
+
+// reroute sends keys back to the router after a stale reply (MOVED, ASK)
+// or a node that cannot be reached: the slot map is read again first.
+func (t *Tracker) reroute(keys []string) {
+	t.mu.Lock()
+	for _, k := range keys {
+		if _, ok := t.keys[k]; ok {
+			t.toRoute[k] = struct{}{}
+		}
+	}
+	t.refresh = true
+	t.mu.Unlock()
+	t.pokeRouter()
+}
+
+// watched reports which of keys some watch holds.
+func (t *Tracker) watched(keys []string) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := keys[:0:0]
+	for _, k := range keys {
+		if _, ok := t.keys[k]; ok {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// settle applies the reads of keys: vals[i] is the value of keys[i] (nil:
+// no key). Watches whose holder does not match lose those keys.
+func (t *Tracker) settle(keys []string, vals []*string) {
+	lost := map[*Watch][]int{}
+	var held int64
+	t.mu.Lock()
+	for i, k := range keys {
+		for _, r := range t.keys[k] {
+			if vals[i] == nil || lockval.Holder(*vals[i]) != r.w.Holder {
+				lost[r.w] = append(lost[r.w], r.i)
+			} else {
+				held++
+			}
+		}
+	}
+	t.stats.reads.Add(int64(len(keys)))
+	t.stats.held.Add(held)
+	t.mu.Unlock()
+	for w, idx := range lost {
+		if w.claim() {
+			slices.Sort(idx)
+			w.Lost(idx)
+		}
+	}
+}
+
+// deadline is an entry of the deadline heap.
+type deadline struct {
+	at time.Time
+	w  *Watch
+}
+
+// deadlines is a min-heap by time. A watch has at most one live entry
+// (Watch.queued); entries superseded by an earlier one are dropped when
+// they reach the top.
+type deadlines []deadline
+
+func (h deadlines) Len() int           { return len(h) }
+func (h deadlines) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h deadlines) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *deadlines) Push(x any)        { *h = append(*h, x.(deadline)) }
+func (h *deadlines) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
