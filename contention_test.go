@@ -354,3 +354,44 @@ func TestStandaloneServer(t *testing.T) {
 	require.NoError(t, <-got)
 	require.Empty(t, e.lockKeys())
 }
+
+// TestWaiterKeepsItsPrefix: a batch that waits keeps the keys below the one
+// it waits for, whatever its TTL: no wait is longer than a third of the TTL
+// while a prefix is held (the Lua strategy's attempts re-expire the prefix,
+// the protocol renews it for the pipeline strategy). Before the protocol
+// was shared, a Lua waiter's timer grew to a second whatever its TTL, and
+// a waiter with a TTL under 3 s let its prefix expire while it waited.
+func TestWaiterKeepsItsPrefix(t *testing.T) {
+	for _, s := range []slotlock.Strategy{slotlock.StrategyLua, slotlock.StrategyPipeline} {
+		t.Run(s.String(), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			ctx := ctxT(t, 30*time.Second)
+			const ttl = 150 * time.Millisecond
+			holder := e.locker(slotlock.Options{TTL: 10 * time.Second, Strategy: s})
+			waiter := e.locker(slotlock.Options{TTL: ttl, Strategy: s})
+			// One slot, so the canonical order is by bytes: a before b.
+			a, b := "{prefix}a", "{prefix}b"
+			hb, err := holder.Lock(ctx, b)
+			require.NoError(t, err)
+			got := lockInBackground(ctx, waiter, a, b)
+			names, _ := slot.NewNamer(e.prefix)
+			lockA := names.LockKey(a)
+			exists := func() bool {
+				n, err := e.client.Do(ctx, e.client.B().Exists().Key(lockA).Build()).AsInt64()
+				require.NoError(t, err)
+				return n == 1
+			}
+			for !exists() { // the waiter's first attempt takes a
+				require.NoError(t, ctx.Err())
+			}
+			// 10 TTLs of waiting: a must stay held throughout.
+			for end := time.Now().Add(10 * ttl); time.Now().Before(end); {
+				require.True(t, exists(), "the waiter's prefix expired while it waited")
+			}
+			require.NoError(t, hb.Release(ctx))
+			require.NoError(t, <-got)
+			require.Empty(t, e.lockKeys())
+		})
+	}
+}
