@@ -200,7 +200,7 @@ func killClients(t *testing.T, ctx context.Context, do func(context.Context, ...
 func TestExpiryIsSeenAtTheDeadline(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	l := e.locker(slotlock.Options{TTL: 1500 * time.Millisecond})
+	l := e.locker(slotlock.Options{TTL: 1500 * time.Millisecond, Renew: slotlock.RenewNever})
 	ctx := ctxT(t, 30*time.Second)
 	// A first lease starts the watchdog's ticks; the second comes 250 ms
 	// later, so its deadline falls half-way between two ticks.
