@@ -309,9 +309,10 @@ func (le *Lease) Release(ctx context.Context) error {
 }
 
 // Extend sets the expiry of every key to ttl from now, all or nothing per
-// node. If any key is no longer held it returns a *LostError naming the
-// lost keys, and the lease ends as lost; keys on other nodes may have been
-// extended.
+// script call (a node's keys, 512 at most per call). If any key is no
+// longer held it returns a *LostError naming the lost keys, and the lease
+// ends as lost; keys of other calls may have been extended. On a renewing
+// lease, renewals keep at least the extended expiry.
 func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL(ttl); err != nil {
 		return err

@@ -63,8 +63,8 @@ func (e *Engine) releaseOne(ctx context.Context, set *protocol.Set, i int, who p
 	return r, true
 }
 
-// Extend sets a new TTL on the keys idx (nil: all) of set, per node all or
-// nothing: a node whose keys are not all held extends none of them
+// Extend sets a new TTL on the keys idx (nil: all) of set, per call all or
+// nothing: a call whose keys are not all held extends none of them
 // (protocol.Strategy).
 func (e *Engine) Extend(ctx context.Context, set *protocol.Set, idx []int, who protocol.Who, ttl time.Duration) protocol.OwnerResult {
 	return e.ExtendMany(ctx, []protocol.ExtendJob{{Set: set, Idx: idx, Who: who, TTL: ttl}})[0]
