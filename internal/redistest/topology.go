@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/redis/rueidis"
+
+	"github.com/slotlock/slotlock/internal/topology"
 )
 
 // numSlots is the fixed number of hash slots of Redis Cluster.
@@ -43,13 +45,19 @@ func (s shard) owns(slot int) bool {
 	return false
 }
 
-// master is the shard's master as this view sees it; Redis 7.0 can list a
-// shard whose only node is a replica right after a REPLICATE.
+// master is the node that serves the shard's slots as this view sees it,
+// chosen by the library's own rule (topology.PickMaster: role, then health),
+// so that the harness waits for exactly the master the library will use.
+// A shard may list two masters: Valkey keeps a failed old master beside the
+// promoted replica. Redis 7.0 can list a shard whose only node is a replica
+// right after a REPLICATE: no master then.
 func (s shard) master() (shardNode, bool) {
-	for _, n := range s.nodes {
-		if n.role == "master" {
-			return n, true
-		}
+	nodes := make([]topology.ShardNode, len(s.nodes))
+	for i, n := range s.nodes {
+		nodes[i] = topology.ShardNode{Role: n.role, Health: n.health}
+	}
+	if i := topology.PickMaster(nodes); i >= 0 {
+		return s.nodes[i], true
 	}
 	return shardNode{}, false
 }
