@@ -87,6 +87,21 @@ func TestSlotMapAfterFailover(t *testing.T) {
 	}
 }
 
+// TestSlotMapAfterFailoverRedis74 reads a reply recorded the same way
+// from Redis 7.4.1, which takes a shard's "slots" from the master of the
+// shard's first node: the failed old master, listed first, owns nothing
+// now, so the promoted master's slots (0-5460) appear in no shard. The map
+// must then be refused as incomplete, so that Read falls back to CLUSTER
+// SLOTS, rather than leave slots without an owner or give them to the dead
+// node.
+func TestSlotMapAfterFailoverRedis74(t *testing.T) {
+	recorded := recordedShards(t, "shards-redis-7.4.1-after-failover.json")
+	for _, shards := range [][]shard{recorded, reversed(recorded)} {
+		_, err := mapFromShards(shards)
+		require.Error(t, err)
+	}
+}
+
 func TestPickMaster(t *testing.T) {
 	master := func(h string) ShardNode { return ShardNode{Role: "master", Health: h} }
 	replica := ShardNode{Role: "replica", Health: "online"}
