@@ -89,6 +89,11 @@ func (c *Cluster) readyCheck(ctx context.Context) (reason string, loading bool) 
 		if err != nil {
 			return fmt.Sprintf("%s: %v", n.Addr(), err), false
 		}
+		owners, err := slotOwners(res[2])
+		if err != nil {
+			return fmt.Sprintf("%s: %v", n.Addr(), err), false
+		}
+		withSlotsFromSlots(shards, owners)
 		if r, l := c.shardsReady(shards, live); r != "" {
 			return fmt.Sprintf("%s sees %s", n.Addr(), r), l
 		}
