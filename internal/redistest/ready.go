@@ -133,6 +133,17 @@ func (c *Cluster) shardsReady(shards []shard, live []*Node) (reason string, load
 			health[sn.id] = sn.health
 		}
 		if s.slotCount() == 0 {
+			// A running node in a shard of its own without slots: its
+			// shard ID and its master's have not converged yet in this
+			// view. Valkey 8.0 persists those IDs in nodes.conf, and a
+			// node killed in that state cannot start again ("corrupted
+			// cluster config file", valkey-io/valkey#774); Redis 7.0
+			// shows the same state right after create. Wait for it.
+			for _, sn := range s.nodes {
+				if n := c.nodeByID(sn.id); n != nil && n.getState() == nodeUp {
+					return fmt.Sprintf("%s in a shard without slots", n.Addr()), sn.health == "loading"
+				}
+			}
 			continue
 		}
 		withSlots++
