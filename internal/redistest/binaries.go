@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 )
 
@@ -20,7 +21,10 @@ import (
 // them. The message tells a developer the one command that fixes it.
 var errNoRedis = errors.New("no redis-server on PATH and no redis-check-rdb in PATH or /usr/bin: run make test, or apt-get install redis-tools")
 
-// redisServerPath returns a redis-server binary of this machine.
+// redisServerPath returns the server binary both backends run: the one
+// $SLOTLOCK_REDIS_SERVER names when it is set (an explicit choice is never
+// replaced by another binary: a run meant for Valkey must not pass on
+// Redis), else redis-server from PATH, else Debian's copy below.
 //
 // Debian's redis-tools ships only redis-check-rdb, which is the whole server:
 // it picks its mode from the name it was started as. A copy named
@@ -29,6 +33,9 @@ var errNoRedis = errors.New("no redis-server on PATH and no redis-check-rdb in P
 // so test binaries started in parallel by `go test ./...` never see a half
 // written file.
 func redisServerPath() (string, error) {
+	if v := os.Getenv(EnvServer); v != "" {
+		return chosenServer(v)
+	}
 	if p, err := exec.LookPath("redis-server"); err == nil {
 		return p, nil
 	}
@@ -78,6 +85,22 @@ func redisServerPath() (string, error) {
 	return dst, nil
 }
 
+// chosenServer resolves the value of $SLOTLOCK_REDIS_SERVER: a path (it
+// has a slash) or a name looked up on PATH, e.g. valkey-server. The file is
+// run under its own name: a Redis or Valkey binary picks its mode from the
+// name it was started as, and only a "*-server" name runs the server.
+func chosenServer(v string) (string, error) {
+	p, err := exec.LookPath(v) // a name with a slash is checked as a path
+	if err != nil {
+		return "", fmt.Errorf("redistest: %s=%q: %w", EnvServer, v, err)
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", fmt.Errorf("redistest: %s=%q: %w", EnvServer, v, err)
+	}
+	return abs, nil
+}
+
 // redisCLIPath returns redis-cli, which the scratch image carries so that a
 // developer can `docker exec` into a node; the harness itself never runs it.
 func redisCLIPath() (string, error) {
@@ -99,20 +122,22 @@ func cacheDir() string {
 	return filepath.Join(os.TempDir(), "slotlock-cache")
 }
 
-var versionRE = regexp.MustCompile(`v=([0-9]+\.[0-9]+\.[0-9]+)`)
+// versionRE reads `--version`: "Redis server v=7.0.15 sha=..." or
+// "Valkey server v=8.0.1 sha=...".
+var versionRE = regexp.MustCompile(`^(\S+) server v=([0-9]+\.[0-9]+\.[0-9]+)`)
 
-// redisVersion asks a redis-server binary for its version, which names the
-// scratch image so that a new Redis on the host gets a new image.
-func redisVersion(ctx context.Context, server string) (string, error) {
+// redisVersion asks a server binary for its name and version ("redis",
+// "7.0.15"), which tag the scratch image.
+func redisVersion(ctx context.Context, server string) (name, version string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, server, "--version").Output()
 	if err != nil {
-		return "", fmt.Errorf("redistest: %s --version: %w", server, err)
+		return "", "", fmt.Errorf("redistest: %s --version: %w", server, err)
 	}
 	m := versionRE.FindSubmatch(out)
 	if m == nil {
-		return "", fmt.Errorf("redistest: %s --version: no version in %q", server, out)
+		return "", "", fmt.Errorf("redistest: %s --version: no version in %q", server, out)
 	}
-	return string(m[1]), nil
+	return strings.ToLower(string(m[1])), string(m[2]), nil
 }

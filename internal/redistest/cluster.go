@@ -54,6 +54,8 @@ func serverArgs(spec nodeSpec, dir string) []string {
 type launcher interface {
 	launch(ctx context.Context, spec nodeSpec) (nodeRunner, error)
 	close(ctx context.Context) error
+	// source names what the nodes run: a binary or an image.
+	source() string
 }
 
 // Cluster is a running Redis Cluster (or, from StartStandalone, a single

@@ -18,6 +18,14 @@
 // SLOTLOCK_CLUSTER=docker|process|auto picks one for a whole test run; auto
 // takes docker when an engine answers within two seconds.
 //
+// SLOTLOCK_REDIS_SERVER=valkey-server (a name on PATH, or a path) makes
+// both backends run that binary instead: the process backend directly, the
+// docker backend from a scratch image built from it. Every run prints the
+// server as it names itself (INFO server), e.g. "valkey 8.0.1", on its first
+// line (Main; shown by go test -v and for a failing package), and
+// Cluster.Server and Cluster.HasCommand let a test state which server it
+// ran on and skip, as NOT RUN, a test of a command the server lacks.
+//
 // Every test binary of `go test ./...` starts its own cluster at the same
 // time, so ports come from 20000-32000 (below the kernel's ephemeral range)
 // under per-port file locks, nodes die with the test binary (Pdeathsig), and

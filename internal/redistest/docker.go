@@ -75,6 +75,8 @@ type dockerLauncher struct {
 	cluster string
 }
 
+func (l *dockerLauncher) source() string { return "image " + l.image }
+
 func newDockerLauncher(ctx context.Context) (*dockerLauncher, error) {
 	if err := dockerAvailable(ctx); err != nil {
 		return nil, err

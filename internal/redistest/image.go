@@ -4,6 +4,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -30,19 +32,31 @@ const scratchRepo = "slotlock-redis-scratch"
 // redisImage picks the image for the docker backend, cheapest first:
 //  1. $SLOTLOCK_REDIS_IMAGE, pulled by testcontainers if missing: the
 //     developer asked for it;
-//  2. redis:7 if it is already local;
-//  3. the scratch image if it is already built;
-//  4. the scratch image, built now from the host's redis-server, when this
+//  2. with $SLOTLOCK_REDIS_SERVER, the scratch image of that binary, built
+//     if missing, and nothing else (the developer asked for that server);
+//  3. redis:7 if it is already local;
+//  4. the scratch image if it is already built;
+//  5. the scratch image, built now from the host's redis-server, when this
 //     is a Linux machine with Redis binaries: no network needed;
-//  5. a pull of redis:7 with a short timeout (a laptop whose Redis binaries
+//  6. a pull of redis:7 with a short timeout (a laptop whose Redis binaries
 //     cannot go in a Linux image).
 //
 // Building before pulling keeps test runs off the network: a failed pull on
 // a machine without a registry costs its timeout in every test binary, and a
 // successful one needs traffic beyond the loopback the tests live on.
 func redisImage(ctx context.Context, cli *testcontainers.DockerClient) (string, error) {
-	if img := os.Getenv(EnvImage); img != "" {
+	img, server := os.Getenv(EnvImage), os.Getenv(EnvServer)
+	switch {
+	case img != "" && server != "":
+		return "", fmt.Errorf("redistest: both %s=%q and %s=%q are set: they name different servers; unset one", EnvImage, img, EnvServer, server)
+	case img != "":
 		return img, nil
+	case server != "":
+		tag, err := scratchTag(ctx)
+		if err != nil {
+			return "", err
+		}
+		return ensureScratchImage(ctx, cli, tag)
 	}
 	if imagePresent(ctx, cli, officialImage) {
 		return officialImage, nil
@@ -73,8 +87,10 @@ func pullImage(ctx context.Context, cli *testcontainers.DockerClient, ref string
 	return resp.Wait(ctx)
 }
 
-// scratchTag is the tag of the scratch image for the host's redis-server,
-// its version, so that a Redis upgrade on the host builds a new image.
+// scratchTag is the tag of the scratch image for the host's server binary:
+// its name, version and a digest of its content, so that another server,
+// another version, or another build of the same version (a Valkey built from
+// a later commit, say) gets an image of its own.
 func scratchTag(ctx context.Context) (string, error) {
 	if runtime.GOOS != "linux" {
 		return "", errors.New("host binaries are not Linux binaries")
@@ -83,11 +99,16 @@ func scratchTag(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	v, err := redisVersion(ctx, server)
+	name, v, err := redisVersion(ctx, server)
 	if err != nil {
 		return "", err
 	}
-	return scratchRepo + ":" + v, nil
+	data, err := os.ReadFile(server)
+	if err != nil {
+		return "", fmt.Errorf("redistest: read %s: %w", server, err)
+	}
+	sum := sha256.Sum256(data)
+	return scratchRepo + ":" + name + "-" + v + "-" + hex.EncodeToString(sum[:6]), nil
 }
 
 // ensureScratchImage builds the scratch image unless it exists. Test

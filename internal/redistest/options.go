@@ -34,6 +34,15 @@ const EnvBackend = "SLOTLOCK_CLUSTER"
 // other choice, so a developer can test against another Redis version.
 const EnvImage = "SLOTLOCK_REDIS_IMAGE"
 
+// EnvServer names the server binary both backends run: a path, or a name
+// looked up on PATH (valkey-server). The process backend runs it; the
+// docker backend builds its scratch image from it (and from the libraries
+// it links), so the two test the same binary. Unset, the harness takes
+// redis-server from PATH, else Debian's redis-check-rdb under that name.
+// Setting it together with SLOTLOCK_REDIS_IMAGE is an error: the two would
+// name different servers.
+const EnvServer = "SLOTLOCK_REDIS_SERVER"
+
 // Options describes the cluster a test needs. The zero value is the cluster
 // the lock library is designed for: 3 masters with 1 replica each.
 type Options struct {

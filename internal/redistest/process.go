@@ -48,6 +48,8 @@ func (l *processLauncher) launch(ctx context.Context, spec nodeSpec) (nodeRunner
 	return r, nil
 }
 
+func (l *processLauncher) source() string { return l.bin }
+
 func (l *processLauncher) close(context.Context) error {
 	if err := os.RemoveAll(l.root); err != nil {
 		return fmt.Errorf("redistest: remove %s: %w", l.root, err)

@@ -89,6 +89,11 @@ func (c *Cluster) readyCheck(ctx context.Context) (reason string, loading bool) 
 		if err != nil {
 			return fmt.Sprintf("%s: %v", n.Addr(), err), false
 		}
+		owners, err := slotOwners(res[2])
+		if err != nil {
+			return fmt.Sprintf("%s: %v", n.Addr(), err), false
+		}
+		withSlotsFromSlots(shards, owners)
 		if r, l := c.shardsReady(shards, live); r != "" {
 			return fmt.Sprintf("%s sees %s", n.Addr(), r), l
 		}
@@ -128,6 +133,17 @@ func (c *Cluster) shardsReady(shards []shard, live []*Node) (reason string, load
 			health[sn.id] = sn.health
 		}
 		if s.slotCount() == 0 {
+			// A running node in a shard of its own without slots: its
+			// shard ID and its master's have not converged yet in this
+			// view. Valkey 8.0 persists those IDs in nodes.conf, and a
+			// node killed in that state cannot start again ("corrupted
+			// cluster config file", valkey-io/valkey#774); Redis 7.0
+			// shows the same state right after create. Wait for it.
+			for _, sn := range s.nodes {
+				if n := c.nodeByID(sn.id); n != nil && n.getState() == nodeUp {
+					return fmt.Sprintf("%s in a shard without slots", n.Addr()), sn.health == "loading"
+				}
+			}
 			continue
 		}
 		withSlots++

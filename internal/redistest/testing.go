@@ -41,6 +41,11 @@ func Main(m *testing.M, opt Options, dst **Cluster) int {
 		return m.Run()
 	}
 	*dst = c
+	// Which server a run tested is part of its result: go test shows this
+	// line with -v and whenever the package fails.
+	ictx, icancel := context.WithTimeout(context.Background(), 10*time.Second)
+	fmt.Fprintf(os.Stderr, "redistest: %s\n", c.Describe(ictx))
+	icancel()
 	code := m.Run()
 	if err := c.Close(); err != nil {
 		fmt.Fprintf(os.Stderr, "redistest: close: %v\n", err)
@@ -77,6 +82,7 @@ func StartForTest(tb testing.TB, opt Options) *Cluster {
 		missing(tb, err)
 		return nil
 	}
+	tb.Logf("redistest: %s", c.Describe(ctx))
 	tb.Cleanup(func() {
 		if err := c.Close(); err != nil {
 			tb.Errorf("redistest: close: %v", err)
@@ -96,6 +102,7 @@ func StartStandaloneForTest(tb testing.TB, opt Options) *Cluster {
 		missing(tb, err)
 		return nil
 	}
+	tb.Logf("redistest: %s", c.Describe(ctx))
 	tb.Cleanup(func() {
 		if err := c.Close(); err != nil {
 			tb.Errorf("redistest: close: %v", err)

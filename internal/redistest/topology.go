@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/redis/rueidis"
+
+	"github.com/slotlock/slotlock/internal/topology"
 )
 
 // numSlots is the fixed number of hash slots of Redis Cluster.
@@ -43,13 +45,19 @@ func (s shard) owns(slot int) bool {
 	return false
 }
 
-// master is the shard's master as this view sees it; Redis 7.0 can list a
-// shard whose only node is a replica right after a REPLICATE.
+// master is the node that serves the shard's slots as this view sees it,
+// chosen by the library's own rule (topology.PickMaster: role, then health),
+// so that the harness waits for exactly the master the library will use.
+// A shard may list two masters: Valkey keeps a failed old master beside the
+// promoted replica. Redis 7.0 can list a shard whose only node is a replica
+// right after a REPLICATE: no master then.
 func (s shard) master() (shardNode, bool) {
-	for _, n := range s.nodes {
-		if n.role == "master" {
-			return n, true
-		}
+	nodes := make([]topology.ShardNode, len(s.nodes))
+	for i, n := range s.nodes {
+		nodes[i] = topology.ShardNode{Role: n.role, Health: n.health}
+	}
+	if i := topology.PickMaster(nodes); i >= 0 {
+		return s.nodes[i], true
 	}
 	return shardNode{}, false
 }
@@ -101,6 +109,51 @@ func parseShards(res rueidis.RedisResult) ([]shard, error) {
 
 func readString(m rueidis.RedisMessage) (string, error) { return m.ToString() }
 
+// slotOwners reads a CLUSTER SLOTS reply into the slot ranges each master
+// (by node ID) serves.
+func slotOwners(res rueidis.RedisResult) (map[string][][2]int, error) {
+	arr, err := res.ToArray()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][][2]int{}
+	for _, e := range arr {
+		f, err := e.ToArray()
+		if err != nil || len(f) < 3 {
+			return nil, fmt.Errorf("CLUSTER SLOTS entry: %v", err)
+		}
+		lo, _ := f[0].AsInt64()
+		hi, _ := f[1].AsInt64()
+		master, err := f[2].ToArray()
+		if err != nil || len(master) < 3 {
+			return nil, fmt.Errorf("CLUSTER SLOTS master: %v", err)
+		}
+		id, _ := master[2].ToString()
+		out[id] = append(out[id], [2]int{int(lo), int(hi)})
+	}
+	return out, nil
+}
+
+// withSlotsFromSlots gives a shard that CLUSTER SHARDS lists without slots
+// the ranges CLUSTER SLOTS says its master serves. Redis 7.4 (seen on
+// 7.4.1) reports as a shard's slots those of the master of the shard's
+// FIRST node; after a failover that can be the failed old master, listed
+// first beside the promoted one and owning nothing any more, so the
+// promoted master's slots appear in no shard at all, and the cluster would
+// never look ready. (The library's slot map falls back to CLUSTER SLOTS
+// when CLUSTER SHARDS leaves slots uncovered, to the same effect.) A shard
+// that does list slots is left as the server said.
+func withSlotsFromSlots(shards []shard, owners map[string][][2]int) {
+	for i := range shards {
+		if shards[i].slotCount() > 0 {
+			continue
+		}
+		if m, ok := shards[i].master(); ok {
+			shards[i].ranges = owners[m.id]
+		}
+	}
+}
+
 // slotsSignature condenses a CLUSTER SLOTS reply to "range master replicas"
 // lines in slot order, so that the views of two nodes compare as strings.
 func slotsSignature(res rueidis.RedisResult) (string, error) {
@@ -140,11 +193,16 @@ func (c *Cluster) view(ctx context.Context) ([]shard, error) {
 	}
 	var errs []error
 	for _, n := range c.liveNodes() {
-		sh, err := parseShards(n.Do(ctx, "CLUSTER", "SHARDS"))
+		res := n.doMulti(ctx, []string{"CLUSTER", "SHARDS"}, []string{"CLUSTER", "SLOTS"})
+		sh, err := parseShards(res[0])
 		if err == nil {
-			return sh, nil
+			var owners map[string][][2]int
+			if owners, err = slotOwners(res[1]); err == nil {
+				withSlotsFromSlots(sh, owners)
+				return sh, nil
+			}
 		}
-		errs = append(errs, fmt.Errorf("CLUSTER SHARDS on %s: %w", n.Addr(), err))
+		errs = append(errs, fmt.Errorf("CLUSTER SHARDS and SLOTS on %s: %w", n.Addr(), err))
 		if ctx.Err() != nil {
 			break
 		}

@@ -96,12 +96,37 @@ func Read(ctx context.Context, c rueidis.Client) (*slot.Map, error) {
 		}
 		return slot.SingleNode(addr), nil
 	}
+	m, err := readFrom(ctx, c)
+	if err == nil {
+		return m, nil
+	}
+	// The cluster client sends a keyless command to any node it knows, and
+	// it still knows a master that died until its own view is refreshed:
+	// right after a failover about one read in six went to the dead node
+	// (TestReadAfterFailover). Any other node's view will do: ask each in
+	// turn, through its own client, until one answers.
+	for _, nc := range c.Nodes() {
+		if ctx.Err() != nil {
+			break
+		}
+		if m, nerr := readFrom(ctx, nc); nerr == nil {
+			return m, nil
+		}
+	}
+	return nil, err
+}
+
+// readFrom asks one client (the cluster client, or one node's own) for the
+// slot map.
+func readFrom(ctx context.Context, c rueidis.Client) (*slot.Map, error) {
 	m, errShards := readShards(ctx, c)
 	if errShards == nil {
 		return m, nil
 	}
 	// CLUSTER SHARDS is Redis 7+; older servers and some proxies only know
-	// CLUSTER SLOTS.
+	// CLUSTER SLOTS. Redis 7.4 also lists a shard without its slots after a
+	// failover (TestSlotMapAfterFailoverRedis74), which CLUSTER SLOTS
+	// gets right.
 	m, errSlots := readSlots(ctx, c)
 	if errSlots == nil {
 		return m, nil
@@ -125,12 +150,28 @@ func do(ctx context.Context, c rueidis.Client, cmd rueidis.Completed) rueidis.Re
 }
 
 func readShards(ctx context.Context, c rueidis.Client) (*slot.Map, error) {
-	shards, err := do(ctx, c, c.B().ClusterShards().Build()).ToArray()
+	reply, err := do(ctx, c, c.B().ClusterShards().Build()).ToArray()
 	if err != nil {
 		return nil, err
 	}
-	m := slot.NewMap()
-	for _, sh := range shards {
+	shards, err := decodeShards(reply)
+	if err != nil {
+		return nil, err
+	}
+	return mapFromShards(shards)
+}
+
+// shard is one CLUSTER SHARDS entry: its slot ranges as pairs of bounds,
+// and its nodes with their announced addresses (addrs[i] is nodes[i]'s).
+type shard struct {
+	ranges []int64
+	nodes  []ShardNode
+	addrs  []string
+}
+
+func decodeShards(reply []rueidis.RedisMessage) ([]shard, error) {
+	out := make([]shard, 0, len(reply))
+	for _, sh := range reply {
 		f, err := sh.AsMap()
 		if err != nil {
 			return nil, err
@@ -140,30 +181,42 @@ func readShards(ctx context.Context, c rueidis.Client) (*slot.Map, error) {
 		if err != nil {
 			return nil, fmt.Errorf("shard slots: %w", err)
 		}
-		if len(ranges) == 0 {
-			continue // Redis 7.0 can list a replica as its own empty shard
-		}
 		nodes, err := nodesMsg.ToArray()
 		if err != nil {
 			return nil, fmt.Errorf("shard nodes: %w", err)
 		}
-		addr := ""
+		s := shard{ranges: ranges}
 		for _, n := range nodes {
 			nf, err := n.AsMap()
 			if err != nil {
 				return nil, err
 			}
-			role := nf["role"]
-			if r, _ := role.ToString(); r != "master" {
-				continue
-			}
-			addr = shardNodeAddr(nf)
+			role, health := nf["role"], nf["health"]
+			var sn ShardNode
+			sn.Role, _ = role.ToString()
+			sn.Health, _ = health.ToString()
+			s.nodes = append(s.nodes, sn)
+			s.addrs = append(s.addrs, shardNodeAddr(nf))
 		}
-		if addr == "" {
-			return nil, fmt.Errorf("a shard owning slots %v has no master", ranges)
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// mapFromShards assigns every shard's slots to the master PickMaster
+// chooses among its nodes.
+func mapFromShards(shards []shard) (*slot.Map, error) {
+	m := slot.NewMap()
+	for _, s := range shards {
+		if len(s.ranges) == 0 {
+			continue // Redis 7.0 can list a replica as its own empty shard
 		}
-		for i := 0; i+1 < len(ranges); i += 2 {
-			if err := m.Assign(uint16(ranges[i]), uint16(ranges[i+1]), addr); err != nil {
+		i := PickMaster(s.nodes)
+		if i < 0 {
+			return nil, fmt.Errorf("a shard owning slots %v has no master", s.ranges)
+		}
+		for k := 0; k+1 < len(s.ranges); k += 2 {
+			if err := m.Assign(uint16(s.ranges[k]), uint16(s.ranges[k+1]), s.addrs[i]); err != nil {
 				return nil, err
 			}
 		}

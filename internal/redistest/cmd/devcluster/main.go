@@ -71,6 +71,7 @@ func run() error {
 		return err
 	}
 	fmt.Printf("devcluster: %s cluster ready: %s (pid %d)\n", c.Backend(), addrs, os.Getpid())
+	fmt.Printf("devcluster: %s\n", c.Describe(ctx))
 
 	<-ctx.Done()
 	fmt.Println("devcluster: stopping")
