@@ -310,10 +310,19 @@ func (e *Env) RedisVersion(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// Valkey reports server_name:valkey and valkey_version beside a
+	// redis_version kept for compatibility: name the server it is.
+	fields := map[string]string{}
 	for _, line := range strings.Split(text, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-			return v, nil
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			fields[k] = v
 		}
+	}
+	if v := fields["valkey_version"]; v != "" {
+		return "valkey " + v, nil
+	}
+	if v := fields["redis_version"]; v != "" {
+		return "redis " + v, nil
 	}
 	return "", fmt.Errorf("no redis_version in INFO server of %s", e.masters[0].addr)
 }

@@ -74,7 +74,7 @@ func (m *machine) finish(began time.Time) {
 }
 
 func (m *machine) oneLine() string {
-	return fmt.Sprintf("%d × %s, Redis %s, %s, slotlock %s", m.CPUs, m.CPUModel, m.RedisVersion, m.GoVersion, m.Library)
+	return fmt.Sprintf("%d × %s, %s, %s, slotlock %s", m.CPUs, m.CPUModel, m.RedisVersion, m.GoVersion, m.Library)
 }
 
 // command is how to repeat the run: the make target when the run used its

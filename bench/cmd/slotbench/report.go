@@ -78,7 +78,7 @@ func resultsCSV(rows []row) []byte {
 func benchstatText(m *machine, rows []row) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "goos: %s\ngoarch: %s\npkg: github.com/slotlock/slotlock/bench\ncpu: %s\n", runtime.GOOS, runtime.GOARCH, m.CPUModel)
-	fmt.Fprintf(&b, "backend: %s\nredis: %s\nslotlock: %s\n", m.Backend, m.RedisVersion, m.Library)
+	fmt.Fprintf(&b, "backend: %s\nserver: %s\nslotlock: %s\n", m.Backend, m.RedisVersion, m.Library)
 	for _, r := range rows {
 		if r.Err != nil || r.Batches == 0 {
 			continue
@@ -155,7 +155,7 @@ func markdown(m *machine, rows []row, pairs []*pairTarget, profs map[int]*profil
 	p("## Setup\n\n")
 	p("| | |\n|---|---|\n")
 	p("| machine | %d CPUs (`nproc`), %s, Linux %s |\n", m.CPUs, m.CPUModel, m.Kernel)
-	p("| Redis | %s, %s, backend: %s |\n", m.RedisVersion, m.Shape, backendText(m.Backend))
+	p("| Server | %s, %s, backend: %s |\n", m.RedisVersion, m.Shape, backendText(m.Backend))
 	p("| Go | %s, GOMAXPROCS %d |\n", m.GoVersion, runtime.GOMAXPROCS(0))
 	p("| slotlock | commit %s |\n", m.Library)
 	p("| command | `%s` (took %s; load average %s at start, %s at end) |\n", m.Command, m.Took.Round(time.Second), m.LoadStart, m.LoadEnd)
