@@ -304,7 +304,8 @@ func (e *Env) ServerCPU(ctx context.Context) (time.Duration, error) {
 	return cpu, nil
 }
 
-// RedisVersion is what the first master says in INFO server.
+// RedisVersion is the server the first master says it is in INFO server,
+// with its name: "redis 7.0.15", "valkey 8.0.1".
 func (e *Env) RedisVersion(ctx context.Context) (string, error) {
 	text, err := e.masters[0].Info(ctx, "server")
 	if err != nil {
