@@ -130,7 +130,13 @@ func TestServerTrackingSemantics(t *testing.T) {
 		require.Empty(t, tr.fence())
 	})
 
-	t.Run("a script registers its DECLARED keys when it runs a read, never its undeclared ones", func(t *testing.T) {
+	t.Run("what a script registers depends on the server", func(t *testing.T) {
+		// Redis 7.0 registers the keys a script DECLARES (once it runs a
+		// read), never the undeclared ones it reads; Valkey 8.0.1
+		// registers the keys it reads. The Tracker relies on neither: it
+		// reads the keys itself (package comment).
+		srv, err := c.Server(ctx)
+		require.NoError(t, err)
 		tr := dial(t, addr, true, "NOLOOP")
 		writer.do("SET", keys[1], "v")
 		writer.do("SET", keys[2], "v")
@@ -139,7 +145,11 @@ func TestServerTrackingSemantics(t *testing.T) {
 		tr.do("EVAL", "return redis.call('GET', ARGV[1])", "1", keys[1], keys[2])
 		writer.do("PEXPIRE", keys[1], "60000")
 		writer.do("DEL", keys[2])
-		require.Equal(t, []string{keys[1]}, waitPushes(t, tr, 1))
+		want := []string{keys[1]}
+		if srv.Name == "valkey" {
+			want = []string{keys[2]}
+		}
+		require.Equal(t, want, waitPushes(t, tr, 1), "%v", srv)
 		require.Empty(t, tr.fence())
 		// A script that only writes registers nothing.
 		tr.do("EVAL", "return redis.call('PEXPIRE', KEYS[1], 60000)", "1", keys[1])
