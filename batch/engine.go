@@ -84,10 +84,21 @@ func (e *Engine) PerSlot() bool { return e.perSlot.Load() }
 // holds the attempt's expiry (protocol.Strategy).
 func (e *Engine) RefreshesHeld() bool { return true }
 
-// Wait sleeps until the key i may have been released: its release message,
-// the key found free or unmarked, or a timer (protocol.Strategy).
-func (e *Engine) Wait(ctx context.Context, set *protocol.Set, i int, c protocol.Conflict, attempt int, limit time.Duration) error {
-	return e.waker.wait(ctx, set.Lock[i], c.TTL, attempt, limit)
+// Wait sleeps until the key i may have been released or handed to who:
+// a release message that names who or nobody, the key found free,
+// unmarked or reserved for who, or a timer (protocol.Strategy).
+func (e *Engine) Wait(ctx context.Context, set *protocol.Set, i int, c protocol.Conflict, who protocol.Who, attempt int, limit time.Duration) error {
+	q, qd := set.QueueKeys(i)
+	return e.waker.wait(ctx, line{lock: set.Lock[i], queue: q, deadlines: qd, waiter: waiterOf(who), holder: who.Holder}, c.TTL, attempt, limit)
+}
+
+// waiterOf is the name under which an acquisition waits in line and is
+// handed keys: its lease token (waiter in acquire.lua).
+func waiterOf(who protocol.Who) string {
+	if who.Lease != "" {
+		return who.Lease
+	}
+	return who.Holder
 }
 
 // slotModeSpell is how long a node stays in per-slot mode after a

@@ -3,22 +3,25 @@ package batch
 import (
 	"context"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
 
-	"github.com/slotlock/slotlock/internal/lockval"
 	"github.com/slotlock/slotlock/internal/protocol"
-	"github.com/slotlock/slotlock/internal/rediserr"
 )
 
 // waker lets a waiter sleep until the lock key it needs is released, without
-// polling Redis. The acquire script marks the conflicting key ("!"); the
-// release script publishes on the sharded channel named like a marked key
-// (SPUBLISH lands in the key's own slot, on the node that holds it). The
-// waiter subscribes to that channel. Two things can still be missed (a
+// polling Redis. The acquire script queues the waiter on the conflicting
+// key and marks it ("!"); the release script hands a marked key to the
+// oldest waiter in its queue and publishes "h <waiter>" on the sharded
+// channel named like the key (SPUBLISH lands in the key's own slot, on the
+// node that holds it), or, with nobody in line, deletes it and publishes
+// "r". The waiter subscribes to that channel and wakes on "r" and on a
+// hand-off to itself only: a hand-off to another leaves the key reserved
+// for that one, so waking would cost an attempt that cannot succeed. Two things can still be missed (a
 // release between the conflict and the subscription, an expiry, which
 // publishes nothing, a failover that drops subscriptions), so every wait is
 // also bounded by a timer: the holder's remaining TTL, or a jittered backoff,
@@ -99,11 +102,29 @@ func fallback(holderTTL time.Duration, attempt int, limit time.Duration) time.Du
 	return d
 }
 
+// inLine is the timer of a waiter that joined a key's line: the holder's
+// remaining TTL (plus a little), at most limit and MaxWait.
+func inLine(holderTTL, limit time.Duration) time.Duration {
+	d := min(limit, protocol.MaxWait)
+	if holderTTL >= 0 {
+		d = min(d, holderTTL+time.Millisecond+rand.N(time.Millisecond))
+	}
+	return d
+}
+
 // wait returns when lockKey may have been released: a release message, the
 // key found free or unmarked after subscribing, or the fallback timer (at
 // most limit). It returns context.Cause(ctx) when ctx ends first. attempt
 // counts the waits of one acquisition for this key.
-func (w *waker) wait(ctx context.Context, lockKey string, holderTTL time.Duration, attempt int, limit time.Duration) error {
+// line names one waiter's place at one lock key: the key, its queue keys
+// (join.lua), and who waits.
+type line struct {
+	lock, queue, deadlines string
+	waiter, holder         string
+}
+
+func (w *waker) wait(ctx context.Context, at line, holderTTL time.Duration, attempt int, limit time.Duration) error {
+	lockKey, waiter := at.lock, at.waiter
 	timer := time.NewTimer(fallback(holderTTL, attempt, limit))
 	defer timer.Stop()
 	if w.noPubSub.Load() {
@@ -130,7 +151,10 @@ func (w *waker) wait(ctx context.Context, lockKey string, holderTTL time.Duratio
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- w.client.Receive(hooked, w.client.B().Ssubscribe().Channel(lockKey).Build(), func(rueidis.PubSubMessage) {
+		done <- w.client.Receive(hooked, w.client.B().Ssubscribe().Channel(lockKey).Build(), func(m rueidis.PubSubMessage) {
+			if to, ok := strings.CutPrefix(m.Message, "h "); ok && to != waiter {
+				return // handed to another waiter
+			}
 			select {
 			case released <- struct{}{}:
 			default:
@@ -140,13 +164,23 @@ func (w *waker) wait(ctx context.Context, lockKey string, holderTTL time.Duratio
 	defer w.unsubscribe(lockKey, cancel, done)
 
 	// Until the subscription is confirmed a release can slip by unheard:
-	// once it is, look at the key once. A key that is gone, or no longer
-	// carries a waiter's mark (a new holder took it), means: try now.
+	// once it is, join the key's line (join.lua), which also looks at the
+	// key: one that is free, the waiter's own or handed to it means: try
+	// now. A join that fails leaves the waiter to its message or timer.
 	select {
 	case <-subscribed:
-		v, err := w.client.Do(ctx, w.client.B().Get().Key(lockKey).Build()).ToString()
-		if rediserr.IsNil(err) || err == nil && !lockval.Marked(v) {
+		n, err := joinScript.Exec(ctx, w.client, []string{at.lock, at.queue, at.deadlines}, []string{at.waiter, at.holder}).AsInt64()
+		if err == nil && n == 0 {
 			return nil
+		}
+		if err == nil {
+			// In line: the release hands the key over and says so, so
+			// the timer only covers an expiry (no message) and a lost
+			// message. It is at most MaxWait, well inside the entry's
+			// life (lockval.EntryTTL), so the next attempt joins again
+			// before the entry lapses.
+			timer.Stop()
+			timer.Reset(inLine(time.Duration(n)*time.Millisecond, limit))
 		}
 	case err := <-done:
 		// Refused (ACL without &channel access, a proxy without sharded
