@@ -57,13 +57,15 @@ type Engine struct {
 	bareSkip atomic.Int32
 
 	workers workers // the goroutines of multi-node operations
+
+	closeOnce sync.Once // the waker is shared: give it back once
 }
 
 var _ protocol.Strategy = (*Engine)(nil)
 
 // New returns an Engine for client, reading slot ownership from topo.
 func New(client rueidis.Client, topo *topology.Source, opt Options) *Engine {
-	e := &Engine{client: client, topo: topo, waker: newWaker(client)}
+	e := &Engine{client: client, topo: topo, waker: sharedWaker(client)}
 	e.perSlot.Store(opt.PerSlot)
 	return e
 }
@@ -73,7 +75,7 @@ func New(client rueidis.Client, topo *topology.Source, opt Options) *Engine {
 // after Close still work, on goroutines of their own.
 func (e *Engine) Close() {
 	e.workers.close()
-	e.waker.close()
+	e.closeOnce.Do(e.waker.release)
 }
 
 // PerSlot reports whether the engine makes one call per slot (true) or one

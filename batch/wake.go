@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/slotlock/slotlock/internal/lockval"
 	"github.com/slotlock/slotlock/internal/protocol"
 )
 
@@ -32,6 +33,8 @@ type waker struct {
 	// from then on waits use the timer alone.
 	noPubSub atomic.Bool
 
+	users int // Engines sharing it (under wakers' lock)
+
 	mu   sync.Mutex
 	subs map[string]*channel
 	bg   sync.WaitGroup // unsubscribes in flight
@@ -45,6 +48,47 @@ type channel struct {
 	// a new waiter subscribes only after it, so that the unsubscribe cannot
 	// cancel the new subscription on the server.
 	closing chan struct{}
+}
+
+// wakers holds one waker per client, shared by every Engine on that
+// client. A client has one pub/sub connection per node, and a channel's
+// subscription on it is the client's, not a caller's: with a waker per
+// Engine, one Locker's SUNSUBSCRIBE of a key ended the subscription that
+// another Locker's waiter on the same key and client still listened on,
+// and that waiter missed its hand-off until its next tick. The one piece
+// of package state in the library, for that reason: the thing it
+// coordinates (the client's subscriptions) is shared beyond any one
+// Engine.
+var wakers = struct {
+	sync.Mutex
+	m map[rueidis.Client]*waker
+}{m: map[rueidis.Client]*waker{}}
+
+// sharedWaker returns the waker of client, counting one more user.
+func sharedWaker(client rueidis.Client) *waker {
+	wakers.Lock()
+	defer wakers.Unlock()
+	w := wakers.m[client]
+	if w == nil {
+		w = newWaker(client)
+		wakers.m[client] = w
+	}
+	w.users++
+	return w
+}
+
+// release counts one user less, and closes the waker after its last.
+func (w *waker) release() {
+	wakers.Lock()
+	w.users--
+	last := w.users == 0
+	if last {
+		delete(wakers.m, w.client)
+	}
+	wakers.Unlock()
+	if last {
+		w.close()
+	}
 }
 
 func newWaker(client rueidis.Client) *waker {
@@ -102,14 +146,20 @@ func fallback(holderTTL time.Duration, attempt int, limit time.Duration) time.Du
 	return d
 }
 
-// inLine is the timer of a waiter that joined a key's line: the holder's
-// remaining TTL (plus a little), at most limit and MaxWait.
-func inLine(holderTTL, limit time.Duration) time.Duration {
-	d := min(limit, protocol.MaxWait)
+// inLineTick caps the pause between two joins of a waiter in line: below
+// lockval.ReserveTTL, so that a waiter whose hand-off message was lost
+// still comes for its reservation before it expires.
+const inLineTick = lockval.ReserveTTL * 4 / 5
+
+// inLine is the pause of a waiter in line before its next join: the
+// attempt-th backoff, at most inLineTick, limit and the holder's remaining
+// TTL (plus a little).
+func inLine(holderTTL time.Duration, attempt int, limit time.Duration) time.Duration {
+	d := min(protocol.WaitBackoff(attempt), inLineTick, limit)
 	if holderTTL >= 0 {
 		d = min(d, holderTTL+time.Millisecond+rand.N(time.Millisecond))
 	}
-	return d
+	return max(d, time.Millisecond)
 }
 
 // wait returns when lockKey may have been released: a release message, the
@@ -166,22 +216,10 @@ func (w *waker) wait(ctx context.Context, at line, holderTTL time.Duration, atte
 	// Until the subscription is confirmed a release can slip by unheard:
 	// once it is, join the key's line (join.lua), which also looks at the
 	// key: one that is free, the waiter's own or handed to it means: try
-	// now. A join that fails leaves the waiter to its message or timer.
+	// now.
+	start := time.Now()
 	select {
 	case <-subscribed:
-		n, err := joinScript.Exec(ctx, w.client, []string{at.lock, at.queue, at.deadlines}, []string{at.waiter, at.holder}).AsInt64()
-		if err == nil && n == 0 {
-			return nil
-		}
-		if err == nil {
-			// In line: the release hands the key over and says so, so
-			// the timer only covers an expiry (no message) and a lost
-			// message. It is at most MaxWait, well inside the entry's
-			// life (lockval.EntryTTL), so the next attempt joins again
-			// before the entry lapses.
-			timer.Stop()
-			timer.Reset(inLine(time.Duration(n)*time.Millisecond, limit))
-		}
 	case err := <-done:
 		// Refused (ACL without &channel access, a proxy without sharded
 		// pub/sub, a server before 7.0): timer only from now on.
@@ -189,6 +227,8 @@ func (w *waker) wait(ctx context.Context, at line, holderTTL time.Duration, atte
 		if _, ok := rueidis.IsRedisErr(err); ok {
 			w.noPubSub.Store(true)
 		}
+		_, err = waitTimer(ctx, timer, released)
+		return err
 	case <-released:
 		return nil
 	case <-timer.C:
@@ -196,13 +236,45 @@ func (w *waker) wait(ctx context.Context, at line, holderTTL time.Duration, atte
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
+	for tick := 0; ; tick++ {
+		n, err := joinScript.Exec(ctx, w.client, []string{at.lock, at.queue, at.deadlines}, []string{at.waiter, at.holder}).AsInt64()
+		if err != nil {
+			// A moved slot, a lost reply, a refused script: the message
+			// or the timer, as before any join.
+			_, err := waitTimer(ctx, timer, released)
+			return err
+		}
+		if n == 0 {
+			return nil // free, ours or handed to us: try now
+		}
+		// In line. The release hands the key over and says so; the
+		// ticks cover what sends no message (an expiry) and a message
+		// lost (a dropped subscription, a failover). Each tick is one
+		// join: it renews the waiter's entry and finds a key handed to
+		// it, and it comes within inLineTick, before a reservation
+		// made for it would expire.
+		left := limit - time.Since(start)
+		if left <= 0 {
+			return nil
+		}
+		timer.Stop()
+		timer.Reset(inLine(time.Duration(n)*time.Millisecond, attempt+tick+1, left))
+		if woken, err := waitTimer(ctx, timer, released); woken || err != nil {
+			return err
+		}
+	}
+}
+
+// waitTimer waits for the timer, a release message (woken) or the end of
+// ctx.
+func waitTimer(ctx context.Context, timer *time.Timer, released chan struct{}) (woken bool, err error) {
 	select {
 	case <-released:
-		return nil
+		return true, nil
 	case <-timer.C:
-		return nil
+		return false, nil
 	case <-ctx.Done():
-		return context.Cause(ctx)
+		return false, context.Cause(ctx)
 	}
 }
 
