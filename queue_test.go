@@ -23,6 +23,18 @@ import (
 // of a marked key hands the key to the oldest live waiter as a
 // reservation that only that waiter takes.
 
+// withoutLines drops the line keys (P{T}#q:K, P{T}#qd:K) of a lockKeys
+// map: the lock keys alone.
+func withoutLines(m map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range m {
+		if !strings.Contains(k, "}#q") {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 // queueLen returns how many waiters are in key's line.
 func (e *env) queueLen(ctx context.Context, key string) int64 {
 	e.t.Helper()
