@@ -67,9 +67,14 @@ type Strategy interface {
 // third of the TTL has passed; and no wait is longer than a third of the
 // TTL while a prefix is held.
 //
-// Across processes there is no queue: when a key is released, the waiters
-// that wake race for it. Fairness there is measured, not proved
-// (docs/safety.md).
+// Across processes the Lua strategy keeps a line per key in Redis: a
+// release hands the key to the oldest live waiter as a short reservation,
+// which no one else takes and which expires by itself (docs/design.md,
+// "Waiting in line across processes"). A reservation is not a grant: the
+// waiter's next attempt takes the key like any free key, so the arguments
+// above stand; a wait-for edge through a reservation ends within its
+// expiry whoever waits, so it cannot close a cycle for long.
+// The pipeline strategy has no line: its waiters race, as before.
 
 // maxTopologyRetries bounds TryLock's silent retries when a slot moved
 // under it or a reply was lost: that is not a conflict, so it should not
