@@ -236,11 +236,25 @@ func (w *waker) wait(ctx context.Context, at line, holderTTL time.Duration, atte
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
+	// A waiter that gives up (its caller cancelled) leaves the line at
+	// once, so that no release hands the key to an acquisition that is
+	// gone; if this cannot reach the node, the entry lapses by its
+	// deadline (lockval.EntryTTL).
+	joined := false
+	defer func() {
+		if joined && ctx.Err() != nil {
+			w.leave(ctx, at)
+		}
+	}()
 	for tick := 0; ; tick++ {
+		joined = true
 		n, err := joinScript.Exec(ctx, w.client, []string{at.lock, at.queue, at.deadlines}, []string{at.waiter, at.holder}).AsInt64()
 		if err != nil {
-			// A moved slot, a lost reply, a refused script: the message
-			// or the timer, as before any join.
+			// A moving slot (TRYAGAIN while the key and its line are
+			// split between two nodes), a lost reply, a refused
+			// script: try again shortly, as after a moved slot.
+			timer.Stop()
+			timer.Reset(min(protocol.Backoff(attempt), limit))
 			_, err := waitTimer(ctx, timer, released)
 			return err
 		}
@@ -263,6 +277,18 @@ func (w *waker) wait(ctx context.Context, at line, holderTTL time.Duration, atte
 			return err
 		}
 	}
+}
+
+// leave takes a waiter that gave up out of a key's line (both ZREMs of one
+// slot, through the cluster client), on a context detached from the
+// caller's and bounded by a second.
+func (w *waker) leave(ctx context.Context, at line) {
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	b := w.client.B()
+	w.client.DoMulti(lctx,
+		b.Zrem().Key(at.queue).Member(at.waiter).Build(),
+		b.Zrem().Key(at.deadlines).Member(at.waiter).Build())
 }
 
 // waitTimer waits for the timer, a release message (woken) or the end of
