@@ -273,8 +273,18 @@ func (w *waker) wait(ctx context.Context, at line, holderTTL time.Duration, atte
 		}
 		timer.Stop()
 		timer.Reset(inLine(time.Duration(n)*time.Millisecond, attempt+tick+1, left))
-		if woken, err := waitTimer(ctx, timer, released); woken || err != nil {
-			return err
+		select {
+		case <-released:
+			return nil
+		case err := <-done:
+			// The subscription ended (the server drops it when the slot
+			// moves): deaf from here on, so try now; the next wait
+			// subscribes where the slot went.
+			done <- err
+			return nil
+		case <-timer.C:
+		case <-ctx.Done():
+			return context.Cause(ctx)
 		}
 	}
 }
