@@ -86,12 +86,13 @@ func (e *Engine) PerSlot() bool { return e.perSlot.Load() }
 // holds the attempt's expiry (protocol.Strategy).
 func (e *Engine) RefreshesHeld() bool { return true }
 
-// Wait sleeps until the key i may have been released or handed to who:
+// Wait sleeps until the key i may have been released or handed to r.Who:
 // a release message that names who or nobody, the key found free,
 // unmarked or reserved for who, or a timer (protocol.Strategy).
-func (e *Engine) Wait(ctx context.Context, set *protocol.Set, i int, c protocol.Conflict, who protocol.Who, attempt int, limit time.Duration) error {
+func (e *Engine) Wait(ctx context.Context, set *protocol.Set, i int, c protocol.Conflict, r *protocol.Request, attempt int, limit time.Duration) error {
 	q, qd := set.QueueKeys(i)
-	return e.waker.wait(ctx, line{lock: set.Lock[i], queue: q, deadlines: qd, waiter: waiterOf(who), holder: who.Holder}, c.TTL, attempt, limit)
+	at := line{lock: set.Lock[i], queue: q, deadlines: qd, waiter: waiterOf(r.Who), holder: r.Who.Holder, cleanup: r.CleanupTimeout}
+	return e.waker.wait(ctx, at, c.TTL, attempt, limit)
 }
 
 // waiterOf is the name under which an acquisition waits in line and is

@@ -171,6 +171,7 @@ func inLine(holderTTL time.Duration, attempt int, limit time.Duration) time.Dura
 type line struct {
 	lock, queue, deadlines string
 	waiter, holder         string
+	cleanup                time.Duration // bounds the leave of a waiter that gave up
 }
 
 func (w *waker) wait(ctx context.Context, at line, holderTTL time.Duration, attempt int, limit time.Duration) error {
@@ -291,9 +292,10 @@ func (w *waker) wait(ctx context.Context, at line, holderTTL time.Duration, atte
 
 // leave takes a waiter that gave up out of a key's line (both ZREMs of one
 // slot, through the cluster client), on a context detached from the
-// caller's and bounded by a second.
+// caller's and bounded by the request's cleanup timeout, as rollbacks are
+// (a stalled node must not hold the caller beyond it).
 func (w *waker) leave(ctx context.Context, at line) {
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), at.cleanup)
 	defer cancel()
 	b := w.client.B()
 	w.client.DoMulti(lctx,

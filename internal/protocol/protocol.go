@@ -27,9 +27,10 @@ type Strategy interface {
 	// owner-checked, likewise.
 	Extend(ctx context.Context, set *Set, idx []int, who Who, ttl time.Duration) OwnerResult
 	// Wait returns when key i, held by another (c), may be free or handed
-	// to who, or after at most limit; context.Cause(ctx) when ctx ends
-	// first. attempt counts the waits for the same key.
-	Wait(ctx context.Context, set *Set, i int, c Conflict, who Who, attempt int, limit time.Duration) error
+	// to r.Who, or after at most limit; context.Cause(ctx) when ctx ends
+	// first (then anything the wait left in Redis is cleaned up within
+	// r.CleanupTimeout). attempt counts the waits for the same key.
+	Wait(ctx context.Context, set *Set, i int, c Conflict, r *Request, attempt int, limit time.Duration) error
 	// RefreshesHeld reports whether an attempt that finds a key the lease
 	// holds gives it the attempt's expiry (the Lua scripts do; SET NX
 	// cannot). If it does, every attempt sends every key, and the keys
@@ -359,7 +360,7 @@ func Lock(ctx context.Context, s Strategy, set *Set, r *Request) (Grant, error) 
 			if f != lastWait {
 				waits, lastWait = 0, f
 			}
-			werr = s.Wait(ctx, set, f, c, r.Who, waits, limit)
+			werr = s.Wait(ctx, set, f, c, r, waits, limit)
 		} else {
 			// A moved slot, a lost reply or a lost prefix key at f: the
 			// strategy refreshed its slot map; try again shortly.
