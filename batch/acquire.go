@@ -42,14 +42,20 @@ func (e *Engine) Attempt(ctx context.Context, set *protocol.Set, from int, r *pr
 	}
 	mode := "a"
 	if opt.Mode == protocol.Prefix {
+		// A first attempt has waited nowhere yet; a later one may be in
+		// line for keys (join.lua) and must leave those queues as it
+		// takes the keys, or take a key handed to it.
 		mode = "w"
+		if !opt.First {
+			mode = "v"
+		}
 	}
 	if r.Fencing {
 		mode += "f"
 	}
 	jobs := []job{{s: acquireScript, set: set, idx: idx,
 		head:  []string{r.Who.Holder, r.Who.Lease, strconv.FormatInt(r.TTL.Milliseconds(), 10), mode},
-		fence: r.Fencing, holds: r.Who.Lease != ""}}
+		fence: r.Fencing, holds: r.Who.Lease != "", queue: mode == "v"}}
 	var w *waitAfter
 	if r.MinReplicas > 0 {
 		w = &waitAfter{replicas: r.MinReplicas, timeout: r.ReplicaTimeout}

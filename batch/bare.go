@@ -31,11 +31,17 @@ const bareSkipAfterMiss = 8
 // to wait for) of at most BareMax keys, on a deployment where an acquire
 // script has already run (a server that refuses scripts must say so at
 // the lock, where an Auto Locker switches strategy having written
-// nothing, not at the release of keys a bare SET took). One key is tried
-// on every attempt: it cannot be half taken. More are tried on the first
-// attempt only, and not while bareSkip counts down after a miss.
+// nothing, not at the release of keys a bare SET took). A waiter's later
+// attempts are never bare: it may be in line for its keys, and only the
+// script takes a key handed to it and leaves its queues (acquire.lua,
+// mode 'v'). Otherwise one key is tried on every attempt: it cannot be
+// half taken. More are tried on the first attempt only, and not while
+// bareSkip counts down after a miss.
 func (e *Engine) bareFits(n int, r *protocol.Request, opt protocol.AttemptOptions) bool {
 	if n < 1 || n > BareMax || r.Who.Lease != "" || r.Fencing || r.MinReplicas > 0 || !e.scriptsRun.Load() {
+		return false
+	}
+	if !opt.First && opt.Mode == protocol.Prefix {
 		return false
 	}
 	if n == 1 {

@@ -57,13 +57,15 @@ type Engine struct {
 	bareSkip atomic.Int32
 
 	workers workers // the goroutines of multi-node operations
+
+	closeOnce sync.Once // the waker is shared: give it back once
 }
 
 var _ protocol.Strategy = (*Engine)(nil)
 
 // New returns an Engine for client, reading slot ownership from topo.
 func New(client rueidis.Client, topo *topology.Source, opt Options) *Engine {
-	e := &Engine{client: client, topo: topo, waker: newWaker(client)}
+	e := &Engine{client: client, topo: topo, waker: sharedWaker(client)}
 	e.perSlot.Store(opt.PerSlot)
 	return e
 }
@@ -73,7 +75,7 @@ func New(client rueidis.Client, topo *topology.Source, opt Options) *Engine {
 // after Close still work, on goroutines of their own.
 func (e *Engine) Close() {
 	e.workers.close()
-	e.waker.close()
+	e.closeOnce.Do(e.waker.release)
 }
 
 // PerSlot reports whether the engine makes one call per slot (true) or one
@@ -84,10 +86,22 @@ func (e *Engine) PerSlot() bool { return e.perSlot.Load() }
 // holds the attempt's expiry (protocol.Strategy).
 func (e *Engine) RefreshesHeld() bool { return true }
 
-// Wait sleeps until the key i may have been released: its release message,
-// the key found free or unmarked, or a timer (protocol.Strategy).
-func (e *Engine) Wait(ctx context.Context, set *protocol.Set, i int, c protocol.Conflict, attempt int, limit time.Duration) error {
-	return e.waker.wait(ctx, set.Lock[i], c.TTL, attempt, limit)
+// Wait sleeps until the key i may have been released or handed to r.Who:
+// a release message that names who or nobody, the key found free,
+// unmarked or reserved for who, or a timer (protocol.Strategy).
+func (e *Engine) Wait(ctx context.Context, set *protocol.Set, i int, c protocol.Conflict, r *protocol.Request, attempt int, limit time.Duration) error {
+	q, qd := set.QueueKeys(i)
+	at := line{lock: set.Lock[i], queue: q, deadlines: qd, waiter: waiterOf(r.Who), holder: r.Who.Holder, cleanup: r.CleanupTimeout}
+	return e.waker.wait(ctx, at, c.TTL, attempt, limit)
+}
+
+// waiterOf is the name under which an acquisition waits in line and is
+// handed keys: its lease token (waiter in acquire.lua).
+func waiterOf(who protocol.Who) string {
+	if who.Lease != "" {
+		return who.Lease
+	}
+	return who.Holder
 }
 
 // slotModeSpell is how long a node stays in per-slot mode after a

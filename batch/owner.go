@@ -34,7 +34,7 @@ func (e *Engine) Release(ctx context.Context, set *protocol.Set, idx []int, who 
 		idx = set.All(0)
 	}
 	return e.ownerChecked(ctx, []job{{s: releaseScript, set: set, idx: idx,
-		head: []string{who.Holder, who.Lease}, holds: who.Lease != ""}}, nil)[0]
+		head: []string{who.Holder, who.Lease}, holds: who.Lease != "", queue: true}}, nil)[0]
 }
 
 // releaseOne releases one plain lock key (no hold set) with a script of
@@ -49,7 +49,8 @@ func (e *Engine) releaseOne(ctx context.Context, set *protocol.Set, i int, who p
 	if !ok {
 		return r, false
 	}
-	n, err := release1Script.Exec(ctx, e.client, []string{set.Lock[i]}, []string{who.Holder}).AsInt64()
+	q, qd := set.QueueKeys(i)
+	n, err := release1Script.Exec(ctx, e.client, []string{set.Lock[i], q, qd}, []string{who.Holder}).AsInt64()
 	switch err = e.oneKeyErr(node, err); {
 	case err == nil && n == 0:
 		r.Lost = []int{i}

@@ -24,6 +24,7 @@ type job struct {
 	// rules to them too.
 	fence bool // the slot's fencing counter
 	holds bool // each lock key's hold set (reentrant leases)
+	queue bool // each lock key's queue keys (waiting acquisitions, releases)
 }
 
 // call is one script invocation: the keys of one job on one node, or on
@@ -124,6 +125,12 @@ func (e *Engine) build(c call, j job, eval bool) rueidis.Completed {
 		if j.holds {
 			for _, i := range c.idx {
 				keys = append(keys, set.HoldKey(i))
+			}
+		}
+		if j.queue {
+			for _, i := range c.idx {
+				q, qd := set.QueueKeys(i)
+				keys = append(keys, q, qd)
 			}
 		}
 		args := make([]string, 0, len(j.head)+2)

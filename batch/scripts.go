@@ -23,6 +23,8 @@ var (
 	extendBody string
 	//go:embed scripts/guard.lua
 	guardBody string
+	//go:embed scripts/join.lua
+	joinBody string
 )
 
 // Shebangs. A script that declares flags makes Redis check for OOM once,
@@ -85,4 +87,7 @@ var (
 	// release1Script is the one-key release: one form, the key declared,
 	// common.lua's helpers (for holder_of) but not the hold sets'.
 	release1Script = rueidis.NewLuaScript(shebangSlotOOM + commonLua + release1Body)
+	// joinScript puts a waiter in line for one key (join.lua): one slot,
+	// its three keys declared, sent through the cluster client.
+	joinScript = rueidis.NewLuaScript(shebangSlot + commonLua + joinBody)
 )

@@ -3,6 +3,7 @@ package batch
 import (
 	"context"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,14 +12,17 @@ import (
 
 	"github.com/slotlock/slotlock/internal/lockval"
 	"github.com/slotlock/slotlock/internal/protocol"
-	"github.com/slotlock/slotlock/internal/rediserr"
 )
 
 // waker lets a waiter sleep until the lock key it needs is released, without
-// polling Redis. The acquire script marks the conflicting key ("!"); the
-// release script publishes on the sharded channel named like a marked key
-// (SPUBLISH lands in the key's own slot, on the node that holds it). The
-// waiter subscribes to that channel. Two things can still be missed (a
+// polling Redis. The acquire script queues the waiter on the conflicting
+// key and marks it ("!"); the release script hands a marked key to the
+// oldest waiter in its queue and publishes "h <waiter>" on the sharded
+// channel named like the key (SPUBLISH lands in the key's own slot, on the
+// node that holds it), or, with nobody in line, deletes it and publishes
+// "r". The waiter subscribes to that channel and wakes on "r" and on a
+// hand-off to itself only: a hand-off to another leaves the key reserved
+// for that one, so waking would cost an attempt that cannot succeed. Two things can still be missed (a
 // release between the conflict and the subscription, an expiry, which
 // publishes nothing, a failover that drops subscriptions), so every wait is
 // also bounded by a timer: the holder's remaining TTL, or a jittered backoff,
@@ -28,6 +32,8 @@ type waker struct {
 	// noPubSub is set after the server refused SSUBSCRIBE (ACL, proxy):
 	// from then on waits use the timer alone.
 	noPubSub atomic.Bool
+
+	users int // Engines sharing it (under wakers' lock)
 
 	mu   sync.Mutex
 	subs map[string]*channel
@@ -42,6 +48,47 @@ type channel struct {
 	// a new waiter subscribes only after it, so that the unsubscribe cannot
 	// cancel the new subscription on the server.
 	closing chan struct{}
+}
+
+// wakers holds one waker per client, shared by every Engine on that
+// client. A client has one pub/sub connection per node, and a channel's
+// subscription on it is the client's, not a caller's: with a waker per
+// Engine, one Locker's SUNSUBSCRIBE of a key ended the subscription that
+// another Locker's waiter on the same key and client still listened on,
+// and that waiter missed its hand-off until its next tick. The one piece
+// of package state in the library, for that reason: the thing it
+// coordinates (the client's subscriptions) is shared beyond any one
+// Engine.
+var wakers = struct {
+	sync.Mutex
+	m map[rueidis.Client]*waker
+}{m: map[rueidis.Client]*waker{}}
+
+// sharedWaker returns the waker of client, counting one more user.
+func sharedWaker(client rueidis.Client) *waker {
+	wakers.Lock()
+	defer wakers.Unlock()
+	w := wakers.m[client]
+	if w == nil {
+		w = newWaker(client)
+		wakers.m[client] = w
+	}
+	w.users++
+	return w
+}
+
+// release counts one user less, and closes the waker after its last.
+func (w *waker) release() {
+	wakers.Lock()
+	w.users--
+	last := w.users == 0
+	if last {
+		delete(wakers.m, w.client)
+	}
+	wakers.Unlock()
+	if last {
+		w.close()
+	}
 }
 
 func newWaker(client rueidis.Client) *waker {
@@ -99,11 +146,36 @@ func fallback(holderTTL time.Duration, attempt int, limit time.Duration) time.Du
 	return d
 }
 
+// inLineTick caps the pause between two joins of a waiter in line: below
+// lockval.ReserveTTL, so that a waiter whose hand-off message was lost
+// still comes for its reservation before it expires.
+const inLineTick = lockval.ReserveTTL * 4 / 5
+
+// inLine is the pause of a waiter in line before its next join: the
+// attempt-th backoff, at most inLineTick, limit and the holder's remaining
+// TTL (plus a little).
+func inLine(holderTTL time.Duration, attempt int, limit time.Duration) time.Duration {
+	d := min(protocol.WaitBackoff(attempt), inLineTick, limit)
+	if holderTTL >= 0 {
+		d = min(d, holderTTL+time.Millisecond+rand.N(time.Millisecond))
+	}
+	return max(d, time.Millisecond)
+}
+
 // wait returns when lockKey may have been released: a release message, the
 // key found free or unmarked after subscribing, or the fallback timer (at
 // most limit). It returns context.Cause(ctx) when ctx ends first. attempt
 // counts the waits of one acquisition for this key.
-func (w *waker) wait(ctx context.Context, lockKey string, holderTTL time.Duration, attempt int, limit time.Duration) error {
+// line names one waiter's place at one lock key: the key, its queue keys
+// (join.lua), and who waits.
+type line struct {
+	lock, queue, deadlines string
+	waiter, holder         string
+	cleanup                time.Duration // bounds the leave of a waiter that gave up
+}
+
+func (w *waker) wait(ctx context.Context, at line, holderTTL time.Duration, attempt int, limit time.Duration) error {
+	lockKey, waiter := at.lock, at.waiter
 	timer := time.NewTimer(fallback(holderTTL, attempt, limit))
 	defer timer.Stop()
 	if w.noPubSub.Load() {
@@ -130,7 +202,10 @@ func (w *waker) wait(ctx context.Context, lockKey string, holderTTL time.Duratio
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- w.client.Receive(hooked, w.client.B().Ssubscribe().Channel(lockKey).Build(), func(rueidis.PubSubMessage) {
+		done <- w.client.Receive(hooked, w.client.B().Ssubscribe().Channel(lockKey).Build(), func(m rueidis.PubSubMessage) {
+			if to, ok := strings.CutPrefix(m.Message, "h "); ok && to != waiter {
+				return // handed to another waiter
+			}
 			select {
 			case released <- struct{}{}:
 			default:
@@ -140,14 +215,12 @@ func (w *waker) wait(ctx context.Context, lockKey string, holderTTL time.Duratio
 	defer w.unsubscribe(lockKey, cancel, done)
 
 	// Until the subscription is confirmed a release can slip by unheard:
-	// once it is, look at the key once. A key that is gone, or no longer
-	// carries a waiter's mark (a new holder took it), means: try now.
+	// once it is, join the key's line (join.lua), which also looks at the
+	// key: one that is free, the waiter's own or handed to it means: try
+	// now.
+	start := time.Now()
 	select {
 	case <-subscribed:
-		v, err := w.client.Do(ctx, w.client.B().Get().Key(lockKey).Build()).ToString()
-		if rediserr.IsNil(err) || err == nil && !lockval.Marked(v) {
-			return nil
-		}
 	case err := <-done:
 		// Refused (ACL without &channel access, a proxy without sharded
 		// pub/sub, a server before 7.0): timer only from now on.
@@ -155,6 +228,8 @@ func (w *waker) wait(ctx context.Context, lockKey string, holderTTL time.Duratio
 		if _, ok := rueidis.IsRedisErr(err); ok {
 			w.noPubSub.Store(true)
 		}
+		_, err = waitTimer(ctx, timer, released)
+		return err
 	case <-released:
 		return nil
 	case <-timer.C:
@@ -162,13 +237,82 @@ func (w *waker) wait(ctx context.Context, lockKey string, holderTTL time.Duratio
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
+	// A waiter that gives up (its caller cancelled) leaves the line at
+	// once, so that no release hands the key to an acquisition that is
+	// gone; if this cannot reach the node, the entry lapses by its
+	// deadline (lockval.EntryTTL).
+	joined := false
+	defer func() {
+		if joined && ctx.Err() != nil {
+			w.leave(ctx, at)
+		}
+	}()
+	for tick := 0; ; tick++ {
+		joined = true
+		n, err := joinScript.Exec(ctx, w.client, []string{at.lock, at.queue, at.deadlines}, []string{at.waiter, at.holder}).AsInt64()
+		if err != nil {
+			// A moving slot (TRYAGAIN while the key and its line are
+			// split between two nodes), a lost reply, a refused
+			// script: try again shortly, as after a moved slot.
+			timer.Stop()
+			timer.Reset(min(protocol.Backoff(attempt), limit))
+			_, err := waitTimer(ctx, timer, released)
+			return err
+		}
+		if n == 0 {
+			return nil // free, ours or handed to us: try now
+		}
+		// In line. The release hands the key over and says so; the
+		// ticks cover what sends no message (an expiry) and a message
+		// lost (a dropped subscription, a failover). Each tick is one
+		// join: it renews the waiter's entry and finds a key handed to
+		// it, and it comes within inLineTick, before a reservation
+		// made for it would expire.
+		left := limit - time.Since(start)
+		if left <= 0 {
+			return nil
+		}
+		timer.Stop()
+		timer.Reset(inLine(time.Duration(n)*time.Millisecond, attempt+tick+1, left))
+		select {
+		case <-released:
+			return nil
+		case err := <-done:
+			// The subscription ended (the server drops it when the slot
+			// moves): deaf from here on, so try now; the next wait
+			// subscribes where the slot went.
+			done <- err
+			return nil
+		case <-timer.C:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// leave takes a waiter that gave up out of a key's line (both ZREMs of one
+// slot, through the cluster client), on a context detached from the
+// caller's and bounded by the request's cleanup timeout, as rollbacks are
+// (a stalled node must not hold the caller beyond it).
+func (w *waker) leave(ctx context.Context, at line) {
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), at.cleanup)
+	defer cancel()
+	b := w.client.B()
+	w.client.DoMulti(lctx,
+		b.Zrem().Key(at.queue).Member(at.waiter).Build(),
+		b.Zrem().Key(at.deadlines).Member(at.waiter).Build())
+}
+
+// waitTimer waits for the timer, a release message (woken) or the end of
+// ctx.
+func waitTimer(ctx context.Context, timer *time.Timer, released chan struct{}) (woken bool, err error) {
 	select {
 	case <-released:
-		return nil
+		return true, nil
 	case <-timer.C:
-		return nil
+		return false, nil
 	case <-ctx.Done():
-		return context.Cause(ctx)
+		return false, context.Cause(ctx)
 	}
 }
 

@@ -35,7 +35,7 @@ func (e *Engine) RefreshesHeld() bool { return false }
 // Without a script nobody can mark the key, so no release message will
 // come: the wait is a jittered exponential backoff bounded by the holder's
 // remaining TTL (waitFor) and by limit.
-func (e *Engine) Wait(ctx context.Context, _ *protocol.Set, _ int, c protocol.Conflict, attempt int, limit time.Duration) error {
+func (e *Engine) Wait(ctx context.Context, _ *protocol.Set, _ int, c protocol.Conflict, _ *protocol.Request, attempt int, limit time.Duration) error {
 	return protocol.SleepCtx(ctx, min(waitFor(c.TTL, attempt), limit))
 }
 

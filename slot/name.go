@@ -118,6 +118,14 @@ func (n Namer) HoldCountKeyInSlot(userKey string, s uint16) string {
 	return n.prefix + "{" + Tag(s) + "}#n:" + userKey
 }
 
+// QueueKeysInSlot returns the two keys of userKey's queue of waiters, in
+// slot s = KeySlot(userKey): the arrival order and the deadlines
+// (queue_keys in batch/scripts/common.lua).
+func (n Namer) QueueKeysInSlot(userKey string, s uint16) (order, deadlines string) {
+	p := n.prefix + "{" + Tag(s) + "}"
+	return p + "#q:" + userKey, p + "#qd:" + userKey
+}
+
 // UserKey returns the user key a lock key was made for, and false when
 // lockKey is not a lock key of this Namer.
 func (n Namer) UserKey(lockKey string) (string, bool) {

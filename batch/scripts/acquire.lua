@@ -9,8 +9,10 @@
 -- ARGV[3] ttl in milliseconds (server-side expiry; no client clock here)
 -- ARGV[4] mode: 'a' all or nothing, reporting up to 64 conflicts, or 'w'
 --         take the keys before the first conflict (a waiter's canonical
---         prefix) and mark the conflicting key as waited on; followed by
---         'f' when grants take fencing tokens
+--         prefix) and mark the conflicting key as waited on, or 'v' as 'w'
+--         for an acquisition that may have waited in line (join.lua): no
+--         fast path, and each key it takes it also leaves the queue of;
+--         followed by 'f' when grants take fencing tokens
 -- ARGV[5..] the lock keys in canonical order (slot, then bytes), when the
 --         call covers a whole node (KEYS[1] then only routes the call).
 --         A call for one slot passes ARGV[5] = "" and ARGV[6] = n instead:
@@ -22,6 +24,10 @@
 -- A key already held by the holder counts as taken: a retry of the same
 -- lease, or another lease of the same owner (then the lease joins the
 -- key's hold set). Expiry only ever moves later for such a key.
+-- A key reserved for this acquisition (a release handed it over: value
+-- '^' .. waiter, where the waiter is the lease token) counts as free: it
+-- is taken as a new grant, marked if others still wait in its queue. Any
+-- other reservation is a conflict, in every mode.
 --
 -- Returns {granted, nconflicts, i1, pttl1, ..., fence1, ..., fence_granted}:
 -- the first `granted` keys are held; each i is the 1-based position of a key
@@ -32,7 +38,8 @@ local keys, first, last = ARGV, 5, #ARGV
 if ARGV[5] == '' then
   keys, first, last = KEYS, 1, tonumber(ARGV[6])
 end
-local wait = string.sub(mode, 1, 1) == 'w'
+local wait = string.sub(mode, 1, 1) ~= 'a'
+local queued = string.sub(mode, 1, 1) == 'v'
 local fencing = string.find(mode, 'f', 1, true) ~= nil
 
 -- The common case first: a plain lease (no fencing token to draw, no hold
@@ -46,7 +53,7 @@ local fencing = string.find(mode, 'f', 1, true) ~= nil
 -- by pcall, so that the undo still runs), they are deleted and the error
 -- returned. The script runs alone, so no client ever sees those keys, and
 -- the engine's rule holds: an error reply means nothing was written.
-if lease == '' and not fencing then
+if lease == '' and not fencing and not queued then
   -- ARGV[3] goes to SET as the string it came as: a Lua number would be
   -- formatted again at every call. SET NX answers OK when it wrote and
   -- nil (false) when the key exists.
@@ -68,11 +75,24 @@ if lease == '' and not fencing then
   end
 end
 
+local waiter = lease ~= '' and lease or holder
 local conflicts = {}
 local stop = last + 1 -- first key not taken
 local vals = {}
+local handed = {} -- keys reserved for this acquisition
 for i = first, last do
   local v = redis.call('GET', keys[i])
+  local ours = v and reserved_for(v) == waiter
+  if ours then
+    v = nil
+  end
+  if (queued or ours) and not v then
+    -- A free key (or one handed to us) may still list us in its queue:
+    -- it was freed by expiry or by a script-free release. Read the queue
+    -- now, leave it when writing.
+    local q, qd = queue_keys(keys[i])
+    handed[i] = redis.call('EXISTS', q, qd) > 0
+  end
   if v and v ~= holder and holder_of(v) ~= holder then
     if stop > last then
       stop = i
@@ -109,6 +129,9 @@ for i = first, stop - 1 do
       end
       f = fence
       val = holder .. '.' .. f
+    end
+    if handed[i] and leave_queue(k, waiter) then
+      val = val .. '!' -- others still wait: its release hands it on
     end
     redis.call('SET', k, val, 'PX', ttl)
     if lease ~= '' then

@@ -1,10 +1,18 @@
 -- Shared by every slotlock script (prepended to each body when the script
 -- is loaded; there is no include in Redis scripting).
 --
--- A lock key holds a string:  holder ['.' fence] ['!']
+-- A lock key holds a string, either held or reserved:
+--   held      holder ['.' fence] ['!']
+--   reserved  '^' waiter ['!']
 --   holder  the lease token, or for reentrant leases the owner token
 --   fence   the fencing token of the grant, when fencing is on
---   '!'     a waiter's mark: release publishes on the key's channel
+--   waiter  the acquisition a release handed the key to (its lease token)
+--   '!'     a waiter's mark: the key's queue may hold waiters, and its
+--           release hands the key on (hand_off) or publishes on the key's
+--           channel
+-- '^' is not base64url, so a reserved value never equals or starts with a
+-- token: every check that compares a value with a holder (is_mine, SET NX,
+-- the pipeline strategy's compare) already refuses a reservation.
 -- Reentrant leases also keep a hold set beside the lock key (package
 -- reentrant, hold.lua, which follows this file in every script).
 -- Tokens never contain '.', '!' or '#'. The Go side of this format is
@@ -35,4 +43,102 @@ end
 local function slot_key(k, suffix)
   local b = string.find(k, '}', 1, true)
   return string.sub(k, 1, b) .. suffix
+end
+
+-- publish sends a wake-up on a sharded channel, protected: a script that
+-- has already written must not fail at its publish (an ACL user without
+-- channel rights, a channel of a slot this node no longer serves), or its
+-- caller would read an error reply for a call whose writes stayed. A lost
+-- message costs a waiter its timer, never a lock.
+local function publish(ch, msg)
+  redis.pcall('SPUBLISH', ch, msg)
+end
+
+-- Waiting in line across processes (docs/design.md, "Waiting in line").
+-- A waiter that meets a held key joins the key's queue, two sorted sets in
+-- the key's slot: P{T}#q:K orders waiters by the server time they first
+-- joined (microseconds), P{T}#qd:K gives each its deadline (ms, server
+-- time), which every later join of the same waiter pushes on. A release of
+-- a marked key hands it to the oldest live waiter instead of deleting it:
+-- the key becomes that waiter's reservation for RESERVE_MS, which only
+-- that waiter's next attempt takes (a bare SET NX, TryLock and every other
+-- waiter see a held key), and one message naming the waiter wakes it.
+-- RESERVE_MS bounds what a waiter that never comes (killed, cancelled,
+-- waiting for a lower key) costs a key: a reservation is never renewed.
+-- ENTRY_MS bounds how long a waiter that stopped joining stays in line: a
+-- live waiter joins again at every attempt, at least once a second
+-- (protocol.MaxWait). The Go side names both in internal/lockval.
+local RESERVE_MS = 500
+local ENTRY_MS = 3000
+
+-- queue_keys returns the queue and deadline keys of lock key P{T}:K:
+-- P{T}#q:K and P{T}#qd:K (slot.Namer.QueueKeysInSlot).
+local function queue_keys(k)
+  local b = string.find(k, '}', 1, true)
+  local head, tail = string.sub(k, 1, b), string.sub(k, b + 1)
+  return head .. '#q' .. tail, head .. '#qd' .. tail
+end
+
+-- reserved_for returns the waiter a reserved value names, nil for a held
+-- value.
+local function reserved_for(v)
+  if string.byte(v, 1) ~= 94 then -- '^'
+    return nil
+  end
+  return holder_of(string.sub(v, 2))
+end
+
+-- now_ms returns the server's time in milliseconds, and its two TIME parts.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t
+end
+
+-- enqueue puts waiter in lock key k's queue (keeping its place if it is
+-- already there) and marks k's value v. The caller has read k and its
+-- queue keys before its first write. Numbers go to Redis through
+-- string.format: tostring would print them in exponent form.
+local function enqueue(k, v, waiter)
+  local q, qd = queue_keys(k)
+  local now, t = now_ms()
+  redis.call('ZADD', q, 'NX', t[1] .. string.format('%06d', tonumber(t[2])), waiter)
+  redis.call('ZADD', qd, string.format('%d', now + ENTRY_MS), waiter)
+  redis.call('PEXPIRE', q, 2 * ENTRY_MS)
+  redis.call('PEXPIRE', qd, 2 * ENTRY_MS)
+  if v and string.byte(v, -1) ~= 33 then -- '!'
+    redis.call('SET', k, v .. '!', 'KEEPTTL')
+  end
+end
+
+-- leave_queue takes waiter out of lock key k's queue and returns whether
+-- others remain. The caller has read the queue keys before its first write.
+local function leave_queue(k, waiter)
+  local q, qd = queue_keys(k)
+  redis.call('ZREM', q, waiter)
+  redis.call('ZREM', qd, waiter)
+  return redis.call('ZCARD', q) > 0
+end
+
+-- hand_off gives lock key k, which its owner's script has just given up,
+-- to the oldest waiter in its queue whose deadline has not passed, or
+-- deletes it when there is none. Only the owner's own script (release)
+-- calls it: no script ever writes over a value naming someone else. The
+-- caller has read k's queue keys before its first write.
+local function hand_off(k)
+  local q, qd = queue_keys(k)
+  local now = now_ms()
+  local dead = redis.call('ZRANGE', qd, '-inf', '(' .. string.format('%d', now), 'BYSCORE')
+  for _, w in ipairs(dead) do
+    redis.call('ZREM', q, w)
+    redis.call('ZREM', qd, w)
+  end
+  local head = redis.call('ZRANGE', q, 0, 0)
+  if #head == 0 then
+    redis.call('DEL', k, q, qd)
+    publish(k, 'r')
+    return
+  end
+  local more = leave_queue(k, head[1])
+  redis.call('SET', k, '^' .. head[1] .. (more and '!' or ''), 'PX', RESERVE_MS)
+  publish(k, 'h ' .. head[1])
 end

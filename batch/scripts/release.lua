@@ -5,8 +5,10 @@
 -- nothing has been deleted, so the caller can resend the whole call to the
 -- right node and get a true account of what was still held.
 -- A reentrant lease leaves the key's hold set; the key goes when the set is
--- empty. A key a waiter marked ('!') gets a message on the sharded channel
--- named like the key, so the waiter wakes at once instead of at its timer.
+-- empty. A key a waiter marked ('!') is handed to the oldest waiter in its
+-- queue (hand_off, common.lua), which a message on the sharded channel
+-- named like the key wakes at once; with nobody in line it is deleted and
+-- the message wakes every waiter.
 --
 -- ARGV[1] holder, ARGV[2] lease token of a reentrant lease or ""
 -- ARGV[3..] the lock keys when the call covers a whole node; a call for one
@@ -27,6 +29,10 @@ for i = first, last do
   local mine = is_mine(keys[i], v, holder, lease)
   if mine then
     ours[i] = v
+    if string.byte(v, -1) == 33 then -- '!': read the queue before writing
+      local q, qd = queue_keys(keys[i])
+      redis.call('EXISTS', q, qd)
+    end
   else
     lost[#lost + 1] = i - first + 1
   end
@@ -41,9 +47,10 @@ for i = first, last do
       gone = redis.call('HLEN', h) == 0
     end
     if gone then
-      redis.call('DEL', keys[i])
       if string.byte(v, -1) == 33 then -- '!'
-        redis.call('SPUBLISH', keys[i], 'r')
+        hand_off(keys[i])
+      else
+        redis.call('DEL', keys[i])
       end
     end
   end

@@ -11,7 +11,9 @@
 -- SLOTLOCK_CLUSTER=process go run ./cmd/phases -modes slotlock -k 1
 -- -n 10000 -rounds 1).
 --
--- KEYS[1] the lock key; ARGV[1] the holder (lease token). The value's
+-- KEYS[1] the lock key, KEYS[2] and KEYS[3] its queue keys (touched only
+-- when the value is marked; declared for Redis's migration rules);
+-- ARGV[1] the holder (lease token). The value's
 -- format, holder ['.' fence] ['!'], is read by holder_of (common.lua, which
 -- precedes this file in the loaded script).
 --
@@ -20,8 +22,10 @@ local v = redis.call('GET', KEYS[1])
 if v ~= ARGV[1] and (not v or holder_of(v) ~= ARGV[1]) then
   return 0 -- the equality first: a plain lease's value is its token
 end
-redis.call('DEL', KEYS[1])
 if string.byte(v, -1) == 33 then -- '!': a waiter marked it
-  redis.call('SPUBLISH', KEYS[1], 'r')
+  redis.call('EXISTS', KEYS[2], KEYS[3]) -- read before the first write
+  hand_off(KEYS[1])
+  return 1
 end
+redis.call('DEL', KEYS[1])
 return 1

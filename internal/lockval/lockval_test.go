@@ -31,3 +31,24 @@ func TestOfPlain(t *testing.T) {
 		}
 	}
 }
+
+func TestReservedFor(t *testing.T) {
+	for _, c := range []struct {
+		v, waiter string
+		ok        bool
+	}{
+		{"^abc", "abc", true},
+		{"^abc!", "abc", true},
+		{"abc", "", false},
+		{"abc!", "", false},
+		{"abc.7!", "", false},
+	} {
+		w, ok := ReservedFor(c.v)
+		if w != c.waiter || ok != c.ok {
+			t.Errorf("ReservedFor(%q) = %q, %v; want %q, %v", c.v, w, ok, c.waiter, c.ok)
+		}
+		if ok && (Holder(c.v) == c.waiter || OfPlain(c.v, c.waiter)) {
+			t.Errorf("%q reads as held by its waiter", c.v)
+		}
+	}
+}

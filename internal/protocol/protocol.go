@@ -26,10 +26,11 @@ type Strategy interface {
 	// Extend gives the keys idx (ascending) a new expiry of ttl,
 	// owner-checked, likewise.
 	Extend(ctx context.Context, set *Set, idx []int, who Who, ttl time.Duration) OwnerResult
-	// Wait returns when key i, held by another (c), may be free, or after
-	// at most limit; context.Cause(ctx) when ctx ends first. attempt counts
-	// the waits for the same key.
-	Wait(ctx context.Context, set *Set, i int, c Conflict, attempt int, limit time.Duration) error
+	// Wait returns when key i, held by another (c), may be free or handed
+	// to r.Who, or after at most limit; context.Cause(ctx) when ctx ends
+	// first (then anything the wait left in Redis is cleaned up within
+	// r.CleanupTimeout). attempt counts the waits for the same key.
+	Wait(ctx context.Context, set *Set, i int, c Conflict, r *Request, attempt int, limit time.Duration) error
 	// RefreshesHeld reports whether an attempt that finds a key the lease
 	// holds gives it the attempt's expiry (the Lua scripts do; SET NX
 	// cannot). If it does, every attempt sends every key, and the keys
@@ -67,9 +68,14 @@ type Strategy interface {
 // third of the TTL has passed; and no wait is longer than a third of the
 // TTL while a prefix is held.
 //
-// Across processes there is no queue: when a key is released, the waiters
-// that wake race for it. Fairness there is measured, not proved
-// (docs/safety.md).
+// Across processes the Lua strategy keeps a line per key in Redis: a
+// release hands the key to the oldest live waiter as a short reservation,
+// which no one else takes and which expires by itself (docs/design.md,
+// "Waiting in line across processes"). A reservation is not a grant: the
+// waiter's next attempt takes the key like any free key, so the arguments
+// above stand; a wait-for edge through a reservation ends within its
+// expiry whoever waits, so it cannot close a cycle for long.
+// The pipeline strategy has no line: its waiters race, as before.
 
 // maxTopologyRetries bounds TryLock's silent retries when a slot moved
 // under it or a reply was lost: that is not a conflict, so it should not
@@ -354,7 +360,7 @@ func Lock(ctx context.Context, s Strategy, set *Set, r *Request) (Grant, error) 
 			if f != lastWait {
 				waits, lastWait = 0, f
 			}
-			werr = s.Wait(ctx, set, f, c, waits, limit)
+			werr = s.Wait(ctx, set, f, c, r, waits, limit)
 		} else {
 			// A moved slot, a lost reply or a lost prefix key at f: the
 			// strategy refreshed its slot map; try again shortly.

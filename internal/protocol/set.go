@@ -30,6 +30,12 @@ func (s *Set) HoldKey(i int) string {
 	return s.names.HoldCountKeyInSlot(s.Keys[i].Name, s.Keys[i].Slot)
 }
 
+// QueueKeys returns the queue keys of key i (queue_keys in
+// batch/scripts/common.lua).
+func (s *Set) QueueKeys(i int) (order, deadlines string) {
+	return s.names.QueueKeysInSlot(s.Keys[i].Name, s.Keys[i].Slot)
+}
+
 // SlotIndexes returns the indexes of the keys in slot sl (keys are in
 // canonical order, so they are adjacent).
 func (s *Set) SlotIndexes(sl uint16) []int {

@@ -1,0 +1,282 @@
+package slotlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/slotlock/slotlock"
+	"github.com/slotlock/slotlock/internal/lockval"
+	"github.com/slotlock/slotlock/slot"
+)
+
+// Tests of waiting in line across Lockers (docs/design.md, "Waiting in
+// line"): a waiter joins the queue of the key it waits for, and a release
+// of a marked key hands the key to the oldest live waiter as a
+// reservation that only that waiter takes.
+
+// withoutLines drops the line keys (P{T}#q:K, P{T}#qd:K) of a lockKeys
+// map: the lock keys alone.
+func withoutLines(m map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range m {
+		if !strings.Contains(k, "}#q") {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// queueLen returns how many waiters are in key's line.
+func (e *env) queueLen(ctx context.Context, key string) int64 {
+	e.t.Helper()
+	names, err := slot.NewNamer(e.prefix)
+	require.NoError(e.t, err)
+	q, _ := names.QueueKeysInSlot(key, slot.KeySlot(key))
+	n, err := e.client.Do(ctx, e.client.B().Zcard().Key(q).Build()).AsInt64()
+	require.NoError(e.t, err)
+	return n
+}
+
+// lockValue returns key's lock value ("" when free).
+func (e *env) lockValue(ctx context.Context, key string) string {
+	e.t.Helper()
+	names, err := slot.NewNamer(e.prefix)
+	require.NoError(e.t, err)
+	v, err := e.client.Do(ctx, e.client.B().Get().Key(names.LockKey(key)).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return ""
+	}
+	require.NoError(e.t, err)
+	return v
+}
+
+// enqueueByHand puts a made-up waiter into key's line, arrived at µs
+// (server time) with a deadline of deadlineMs (server time), as join.lua
+// would, and marks the key.
+func (e *env) enqueueByHand(ctx context.Context, key, waiter string, us, deadlineMs int64) {
+	e.t.Helper()
+	names, err := slot.NewNamer(e.prefix)
+	require.NoError(e.t, err)
+	q, qd := names.QueueKeysInSlot(key, slot.KeySlot(key))
+	lk := names.LockKey(key)
+	for _, cmd := range []rueidis.Completed{
+		e.client.B().Zadd().Key(q).ScoreMember().ScoreMember(float64(us), waiter).Build(),
+		e.client.B().Zadd().Key(qd).ScoreMember().ScoreMember(float64(deadlineMs), waiter).Build(),
+		e.client.B().Pexpire().Key(q).Milliseconds(10_000).Build(),
+		e.client.B().Pexpire().Key(qd).Milliseconds(10_000).Build(),
+	} {
+		require.NoError(e.t, e.client.Do(ctx, cmd).Error())
+	}
+	v, err := e.client.Do(ctx, e.client.B().Get().Key(lk).Build()).ToString()
+	require.NoError(e.t, err)
+	if !lockval.Marked(v) {
+		require.NoError(e.t, e.client.Do(ctx, e.client.B().Set().Key(lk).Value(v+lockval.Mark).Keepttl().Build()).Error())
+	}
+}
+
+// serverMs returns the time of the server that owns key, in ms.
+func (e *env) serverMs(ctx context.Context, key string) int64 {
+	e.t.Helper()
+	node, err := e.c.NodeForSlot(ctx, slot.KeySlot(key))
+	require.NoError(e.t, err)
+	t, err := node.Do(ctx, "TIME").AsStrSlice()
+	require.NoError(e.t, err)
+	s, _ := strconv.ParseInt(t[0], 10, 64)
+	us, _ := strconv.ParseInt(t[1], 10, 64)
+	return s*1000 + us/1000
+}
+
+func TestReleaseHandsOffToTheOldestLiveWaiter(t *testing.T) {
+	for _, m := range modes {
+		for _, k := range []int{1, 3} { // release1.lua, release.lua
+			t.Run(fmt.Sprintf("%s/K=%d", m.name, k), func(t *testing.T) {
+				t.Parallel()
+				e := newEnv(t)
+				ctx := ctxT(t, 30*time.Second)
+				keys := keysN("ho", k)
+				l := e.locker(slotlock.Options{TTL: 30 * time.Second, PerSlot: m.perSlot})
+				other := e.locker(slotlock.Options{TTL: 30 * time.Second, PerSlot: m.perSlot})
+				lease, err := l.Lock(ctx, keys...)
+				require.NoError(t, err)
+				now := e.serverMs(ctx, keys[0])
+				// Three made-up waiters on the first key: the oldest has
+				// let its deadline pass (it is skipped and dropped), the
+				// next is the one the key goes to, the youngest stays in
+				// line.
+				e.enqueueByHand(ctx, keys[0], "AAAAAAAAAAAAAAAAAAAAAA", now*1000-3000, now-1)
+				e.enqueueByHand(ctx, keys[0], "CCCCCCCCCCCCCCCCCCCCCC", now*1000-2000, now+10_000)
+				e.enqueueByHand(ctx, keys[0], "BBBBBBBBBBBBBBBBBBBBBB", now*1000-1000, now+10_000)
+				require.NoError(t, lease.Release(ctx))
+
+				v := e.lockValue(ctx, keys[0])
+				require.Equal(t, "^CCCCCCCCCCCCCCCCCCCCCC!", v, "reserved for the oldest live waiter, marked: one more waits")
+				require.EqualValues(t, 1, e.queueLen(ctx, keys[0]), "the expired entry and the served one are gone")
+				for _, key := range keys[1:] {
+					require.Empty(t, e.lockValue(ctx, key), "an unmarked key is deleted")
+				}
+				// Nobody but that waiter takes a reserved key: not
+				// TryLock, not a bare SET NX, not another Lock before the
+				// reservation expires.
+				_, err = other.TryLock(ctx, keys...)
+				var ce *slotlock.ConflictError
+				require.ErrorAs(t, err, &ce)
+				require.LessOrEqual(t, ce.Conflicts[0].TTL, lockval.ReserveTTL)
+				names, _ := slot.NewNamer(e.prefix)
+				ok, err := e.client.Do(ctx, e.client.B().Set().Key(names.LockKey(keys[0])).Value("x").Nx().Build()).AsBool()
+				require.True(t, rueidis.IsRedisNil(err) || err == nil && !ok, "SET NX took a reserved key: %v", err)
+				// The waiter never comes: the reservation expires by
+				// itself within ReserveTTL, and the key is free again.
+				start := time.Now()
+				lease2, err := other.Lock(ctx, keys...)
+				require.NoError(t, err)
+				waited := time.Since(start)
+				require.Less(t, waited, lockval.ReserveTTL+500*time.Millisecond, "a reservation nobody takes blocks at most ReserveTTL")
+				// The key is marked (one waiter left in line): its next
+				// release hands it to that waiter.
+				require.True(t, lockval.Marked(e.lockValue(ctx, keys[0])), "the taker keeps the mark while others wait")
+				require.NoError(t, lease2.Release(ctx))
+				require.Equal(t, "^BBBBBBBBBBBBBBBBBBBBBB", e.lockValue(ctx, keys[0]))
+				require.EqualValues(t, 0, e.queueLen(ctx, keys[0]))
+			})
+		}
+	}
+}
+
+func TestFIFOAcrossLockers(t *testing.T) {
+	// One hot key, a holder and eight waiters, each with a Locker and a
+	// client of its own (as separate processes have: Lockers that share a
+	// client share its subscriptions, and one's unsubscribe ends
+	// another's, which leaves that one to its timer): they are granted in
+	// the order they joined the line.
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			ctx := ctxT(t, 60*time.Second)
+			const key = "fifo:1"
+			opt := slotlock.Options{TTL: 30 * time.Second, PerSlot: m.perSlot}
+			holder := e.locker(opt)
+			h, err := holder.Lock(ctx, key)
+			require.NoError(t, err)
+			var mu sync.Mutex
+			var order []int
+			var wg sync.WaitGroup
+			const n = 8
+			for i := range n {
+				l := newEnvOn(t, e.c).locker(opt) // same test, same prefix
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					lease, err := l.Lock(ctx, key)
+					if err != nil {
+						t.Errorf("waiter %d: %v", i, err)
+						return
+					}
+					mu.Lock()
+					order = append(order, i)
+					mu.Unlock()
+					_ = lease.Release(ctx)
+				}()
+				// The next waiter starts once this one is in line.
+				require.Eventually(t, func() bool { return e.queueLen(ctx, key) == int64(i+1) }, 10*time.Second, time.Millisecond)
+			}
+			require.NoError(t, h.Release(ctx))
+			wg.Wait()
+			require.Equal(t, []int{0, 1, 2, 3, 4, 5, 6, 7}, order)
+			require.Empty(t, e.lockKeys(), "no lock, reservation or queue key is left")
+		})
+	}
+}
+
+func TestCancelWhileQueuedLeavesNothing(t *testing.T) {
+	// A waiter in line is cancelled. Nothing of it is held, and it has
+	// left the line by the time Lock returns, so the holder's release
+	// deletes the key (no reservation for a waiter that is gone) and
+	// nothing is left. Were the leave lost, the entry would lapse within
+	// lockval.EntryTTL (TestReleaseHandsOffToTheOldestLiveWaiter skips
+	// such an entry).
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			ctx := ctxT(t, 60*time.Second)
+			keys := []string{"cq:a", "cq:b", "cq:c"}
+			opt := slotlock.Options{TTL: 30 * time.Second, PerSlot: m.perSlot}
+			holder, waiter := e.locker(opt), e.locker(opt)
+			h, err := holder.Lock(ctx, keys[1])
+			require.NoError(t, err)
+			var token string
+			waiter.SetAfterFailure(func(tok string, _ error) { token = tok })
+			wctx, cancel := context.WithCancel(ctx)
+			got := make(chan error, 1)
+			go func() {
+				_, err := waiter.Lock(wctx, keys...)
+				got <- err
+			}()
+			require.Eventually(t, func() bool { return e.queueLen(ctx, keys[1]) == 1 }, 10*time.Second, time.Millisecond)
+			joined := time.Now()
+			cancel()
+			err = <-got
+			require.ErrorIs(t, err, context.Canceled)
+			require.NotEmpty(t, token)
+			for k, v := range e.lockKeys() {
+				require.NotContains(t, k, "}#q", "the cancelled waiter is still in line")
+				require.NotContains(t, v, token, "key %q still carries the cancelled waiter", k)
+			}
+			require.Less(t, time.Since(joined), lockval.EntryTTL, "checked before an entry could lapse")
+			require.NoError(t, h.Release(ctx))
+			require.Empty(t, e.lockKeys(), "nothing is left after a cancelled waiter")
+		})
+	}
+}
+
+func TestReleaseWithoutChannelRights(t *testing.T) {
+	// A user whose ACL grants no channel: the release of a marked key
+	// still deletes it and reports success (the publish is protected; an
+	// unprotected SPUBLISH failed the call after the DEL, and an error
+	// reply would claim nothing was written).
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	user := "nochan" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	for _, n := range e.c.Nodes() {
+		require.NoError(t, n.Do(ctx, "ACL", "SETUSER", user, "on", ">pw", "~*", "+@all", "resetchannels").Error())
+	}
+	t.Cleanup(func() {
+		for _, n := range e.c.Nodes() {
+			_ = n.Do(context.Background(), "ACL", "DELUSER", user).Error()
+		}
+	})
+	client, err := e.c.Client(func(o *rueidis.ClientOption) { o.Username, o.Password = user, "pw" })
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	for _, m := range modes {
+		for _, k := range []int{1, 3} {
+			t.Run(fmt.Sprintf("%s/K=%d", m.name, k), func(t *testing.T) {
+				l, err := slotlock.New(client, slotlock.Options{Prefix: e.prefix, TTL: 30 * time.Second, PerSlot: m.perSlot})
+				require.NoError(t, err)
+				defer l.Close()
+				keys := keysN(fmt.Sprintf("acl%s%d", m.name, k), k)
+				lease, err := l.Lock(ctx, keys...)
+				require.NoError(t, err)
+				names, _ := slot.NewNamer(e.prefix)
+				lk := names.LockKey(keys[0])
+				require.NoError(t, e.client.Do(ctx, e.client.B().Set().Key(lk).Value(lease.Token()+lockval.Mark).Keepttl().Build()).Error())
+				err = lease.Release(ctx)
+				require.NoError(t, err)
+				require.False(t, errors.Is(err, slotlock.ErrLeaseLost))
+				for _, key := range keys {
+					require.Empty(t, e.lockValue(ctx, key))
+				}
+			})
+		}
+	}
+}
