@@ -1,17 +1,13 @@
 package clustertest
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"sort"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -129,11 +125,7 @@ func TestContenderProcess(t *testing.T) {
 
 // contenderProc is a running contender process.
 type contenderProc struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	stderr bytes.Buffer
-	waited chan struct{}
-	once   sync.Once
+	*child
 
 	mu     sync.Mutex
 	events []contenderEvent
@@ -142,34 +134,9 @@ type contenderProc struct {
 
 func startContender(t *testing.T, spec contenderSpec) *contenderProc {
 	t.Helper()
-	b, err := json.Marshal(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestContenderProcess$", "-test.timeout=5m")
-	cmd.Env = append(os.Environ(), envHelper+"=contender", envContenderSpec+"="+string(b))
-	p := &contenderProc{cmd: cmd, waited: make(chan struct{})}
-	cmd.Stderr = &p.stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.stdin, err = cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	read := make(chan struct{})
-	go func() {
-		defer close(read)
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			line, ok := strings.CutPrefix(sc.Text(), contenderLine)
-			if !ok {
-				continue
-			}
+	p := &contenderProc{}
+	p.child = startChild(t, "TestContenderProcess", "contender", envContenderSpec, spec, contenderLine,
+		func(line string) {
 			var ev contenderEvent
 			if err := json.Unmarshal([]byte(line), &ev); err == nil {
 				p.mu.Lock()
@@ -179,29 +146,9 @@ func startContender(t *testing.T, spec contenderSpec) *contenderProc {
 				}
 				p.mu.Unlock()
 			}
-		}
-	}()
-	go func() {
-		<-read
-		_ = cmd.Wait()
-		close(p.waited)
-	}()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() && p.stderr.Len() > 0 {
-			t.Logf("contender stderr:\n%s", p.stderr.String())
-		}
-	})
+		},
+		func() {})
 	return p
-}
-
-// kill sends SIGKILL and waits until the process is reaped.
-func (p *contenderProc) kill() {
-	p.once.Do(func() {
-		_ = p.cmd.Process.Kill()
-		_ = p.stdin.Close()
-		<-p.waited
-	})
 }
 
 // stop asks the process to exit after its current batch and waits.

@@ -1,16 +1,11 @@
 package clustertest
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -111,70 +106,24 @@ func TestHelperProcess(t *testing.T) {
 
 // holderProc is a running holder process.
 type holderProc struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
+	*child
 	events chan holderEvent
-	stderr bytes.Buffer
-	waited chan struct{}
-	once   sync.Once
 }
 
 // startHolder runs a holder process for spec; the test's cleanup kills and
 // reaps it if the test did not.
 func startHolder(t *testing.T, spec holderSpec) *holderProc {
 	t.Helper()
-	b, err := json.Marshal(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.timeout=5m")
-	cmd.Env = append(os.Environ(), envHelper+"=holder", envHolderSpec+"="+string(b))
-	p := &holderProc{cmd: cmd, events: make(chan holderEvent, 1024), waited: make(chan struct{})}
-	cmd.Stderr = &p.stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.stdin, err = cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			line, ok := strings.CutPrefix(sc.Text(), holderLine)
-			if !ok {
-				continue
-			}
+	p := &holderProc{events: make(chan holderEvent, 1024)}
+	p.child = startChild(t, "TestHelperProcess", "holder", envHolderSpec, spec, holderLine,
+		func(line string) {
 			var ev holderEvent
 			if err := json.Unmarshal([]byte(line), &ev); err == nil {
 				p.events <- ev
 			}
-		}
-		close(p.events)
-	}()
-	go func() {
-		_ = cmd.Wait()
-		close(p.waited)
-	}()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() && p.stderr.Len() > 0 {
-			t.Logf("holder process stderr:\n%s", p.stderr.String())
-		}
-	})
+		},
+		func() { close(p.events) })
 	return p
-}
-
-// kill sends SIGKILL and waits until the process is reaped.
-func (p *holderProc) kill() {
-	p.once.Do(func() {
-		_ = p.cmd.Process.Kill()
-		_ = p.stdin.Close()
-		<-p.waited
-	})
 }
 
 // next returns the next event, or fails after limit.
