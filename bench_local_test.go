@@ -78,6 +78,9 @@ func benchOneKey(b *testing.B, goroutines int, opt slotlock.Options) {
 
 func BenchmarkOneKey(b *testing.B) {
 	b.Run("goroutines=1", func(b *testing.B) { benchOneKey(b, 1, slotlock.Options{}) })
+	// The loss tracker's share of the single-key path (it sends nothing
+	// for a lease released within its gathering window).
+	b.Run("goroutines=1/no-loss-tracking", func(b *testing.B) { benchOneKey(b, 1, slotlock.Options{NoLossTracking: true}) })
 	b.Run("goroutines=64/local-queue", func(b *testing.B) { benchOneKey(b, 64, slotlock.Options{}) })
 	b.Run("goroutines=64/no-local-queue", func(b *testing.B) {
 		benchOneKey(b, 64, slotlock.Options{NoLocalQueue: true})

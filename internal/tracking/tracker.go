@@ -130,11 +130,16 @@ func (t *Tracker) Watch(w *Watch) {
 	t.push(w, w.Deadline())
 	if !t.refused.Load() {
 		// Indexed by the router, after registerDelay: a lease released
-		// before then costs this append and nothing per key.
+		// before then costs this append and nothing per key. Only the
+		// first of a window wakes the router; the others wait for it.
 		t.fresh = append(t.fresh, w)
-		t.pokeRouter()
+		if len(t.fresh) == 1 {
+			t.pokeRouter()
+		}
 	}
-	t.poke()
+	if t.due[0].w == w {
+		t.poke() // the earliest deadline now: the timer must move
+	}
 }
 
 // indexFresh indexes the keys of the watches that arrived since the last
