@@ -114,7 +114,7 @@ func (e *Engine) takeBare(ctx context.Context, set *protocol.Set, from int, r *p
 		switch {
 		case res.Error() == nil:
 			st[i] = protocol.Held
-		case res.NonRedisError() != nil:
+		case rediserr.Lost(res.Error()):
 			st[i] = protocol.Unknown
 			e.trouble(m.Addrs[m.Owner(set.Keys[i].Slot)])
 			taken = false

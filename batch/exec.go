@@ -218,7 +218,7 @@ func (e *Engine) runNode(ctx context.Context, ri int, run nodeRun, calls []call,
 	res := client.DoMulti(ctx, build(false, all)...)
 	copy(r.res, res[:len(run.calls)])
 	for _, x := range res {
-		if x.NonRedisError() != nil {
+		if rediserr.Lost(x.Error()) {
 			e.trouble(run.node)
 			if direct {
 				// rueidis may have closed this connection and dialled a

@@ -42,14 +42,14 @@ func (e *Engine) Guard(ctx context.Context, set *protocol.Set, idx []int, who pr
 		res = e.client.Do(ctx, b.Eval().Script(s.slotText).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 	}
 	msg, err := res.ToMessage()
-	if err == nil || rueidis.IsRedisNil(err) {
+	if err == nil || rediserr.IsNil(err) {
 		// A nil reply is the command's answer (GET of a missing key, SET
 		// NX of one that exists): it ran. rueidis reports it as an error
 		// that is not a Redis error.
 		return msg, nil, nil
 	}
-	if re, ok := rueidis.IsRedisErr(err); ok {
-		if rest, found := strings.CutPrefix(re.Error(), lostPrefix); found {
+	if rediserr.IsErrorReply(err) {
+		if rest, found := strings.CutPrefix(err.Error(), lostPrefix); found {
 			var lost []int
 			for _, f := range strings.Fields(rest) {
 				if p, perr := strconv.Atoi(f); perr == nil && p >= 1 && p <= len(idx) {

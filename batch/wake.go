@@ -12,6 +12,7 @@ import (
 
 	"github.com/slotlock/slotlock/internal/lockval"
 	"github.com/slotlock/slotlock/internal/protocol"
+	"github.com/slotlock/slotlock/internal/rediserr"
 )
 
 // waker lets a waiter sleep until the lock key it needs is released, without
@@ -225,7 +226,7 @@ func (w *waker) wait(ctx context.Context, at line, holderTTL time.Duration, atte
 		// Refused (ACL without &channel access, a proxy without sharded
 		// pub/sub, a server before 7.0): timer only from now on.
 		done <- err
-		if _, ok := rueidis.IsRedisErr(err); ok {
+		if rediserr.IsErrorReply(err) {
 			w.noPubSub.Store(true)
 		}
 		_, err = waitTimer(ctx, timer, released)

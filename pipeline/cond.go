@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 
 	"github.com/redis/rueidis"
+
+	"github.com/slotlock/slotlock/internal/rediserr"
 )
 
 // condForm names the conditional delete a server offers. A server that has
@@ -50,7 +52,7 @@ func (p *condProbe) use(ctx context.Context, client rueidis.Client, o op) condFo
 	}
 	info, err := client.Do(ctx, client.B().CommandInfo().CommandName("DELEX", "DELIFEQ").Build()).ToArray()
 	if err != nil {
-		if _, isRedis := rueidis.IsRedisErr(err); isRedis {
+		if rediserr.IsErrorReply(err) {
 			// COMMAND itself refused (a proxy, an ACL): assume the
 			// baseline for good.
 			p.form.Store(uint32(condNone))

@@ -45,7 +45,7 @@ func (e *Engine) Wait(ctx context.Context, _ *protocol.Set, _ int, c protocol.Co
 // wake-up the Lua waiter listens for (protocol.Strategy).
 func (e *Engine) Release(ctx context.Context, set *protocol.Set, idx []int, who protocol.Who) protocol.OwnerResult {
 	if idx == nil {
-		idx = span(0, set.Len())
+		idx = set.All(0)
 	}
 	c := e.ownerChecked(ctx, opRelease, e.items(set, idx, who.Holder, 0))
 	return c.collect(0, idx)
@@ -71,7 +71,7 @@ func (e *Engine) ExtendMany(ctx context.Context, jobs []protocol.ExtendJob) []pr
 		starts[j] = len(items)
 		idxs[j] = x.Idx
 		if idxs[j] == nil {
-			idxs[j] = span(0, x.Set.Len())
+			idxs[j] = x.Set.All(0)
 		}
 		items = append(items, e.items(x.Set, idxs[j], x.Who.Holder, x.TTL)...)
 	}
@@ -88,14 +88,6 @@ func (e *Engine) items(set *protocol.Set, idx []int, token string, ttl time.Dura
 	out := make([]item, len(idx))
 	for k, i := range idx {
 		out[k] = item{key: set.Lock[i], slot: set.Keys[i].Slot, token: token, ms: ttl.Milliseconds()}
-	}
-	return out
-}
-
-func span(from, to int) []int {
-	out := make([]int, 0, to-from)
-	for i := from; i < to; i++ {
-		out = append(out, i)
 	}
 	return out
 }

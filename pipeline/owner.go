@@ -245,7 +245,7 @@ func applied(o op, r rueidis.RedisResult) bool {
 
 // replyErr is r's error, nil for a nil reply.
 func replyErr(r rueidis.RedisResult) error {
-	if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) {
+	if err := r.Error(); err != nil && !rediserr.IsNil(err) {
 		return err
 	}
 	return nil
@@ -520,7 +520,7 @@ func (w *txWorker) closed(g *group, res []rueidis.RedisResult) {
 	}
 	exec := res[len(res)-1]
 	err := exec.Error()
-	if err != nil && !rueidis.IsRedisNil(err) {
+	if err != nil && !rediserr.IsNil(err) {
 		// A queued command's own error (MOVED, say) explains the
 		// EXECABORT better than the EXEC does.
 		for _, r := range res[:len(res)-1] {
@@ -532,7 +532,7 @@ func (w *txWorker) closed(g *group, res []rueidis.RedisResult) {
 		w.failAll(g.cand, err)
 		return
 	}
-	if rueidis.IsRedisNil(err) {
+	if rediserr.IsNil(err) {
 		// Aborted: a watched key changed after it was read (it expired,
 		// or a Lua waiter marked it). Read it again.
 		g.aborts++

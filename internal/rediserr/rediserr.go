@@ -54,6 +54,13 @@ func Lost(err error) bool {
 	return !isRedis
 }
 
+// IsErrorReply reports whether err is an error reply of the server (not a
+// nil reply, not a lost one): the command was refused or failed there.
+func IsErrorReply(err error) bool {
+	_, ok := rueidis.IsRedisErr(err)
+	return ok
+}
+
 // IsNil reports whether err is the nil reply (GET of a missing key, SET NX
 // of an existing one).
 func IsNil(err error) bool { return rueidis.IsRedisNil(err) }

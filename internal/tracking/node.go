@@ -217,7 +217,7 @@ func (n *node) read(keys []string) error {
 	settled := keys[:0:0]
 	var stale []string
 	for i, r := range res {
-		if err := r.NonRedisError(); err != nil && !rueidis.IsRedisNil(err) {
+		if err := r.Error(); rediserr.Lost(err) {
 			// A broken or stalled connection: a new one, and every
 			// key of this node read again on it.
 			n.closeConn()
@@ -234,7 +234,7 @@ func (n *node) read(keys []string) error {
 		case err == nil:
 			vals = append(vals, &v)
 			settled = append(settled, keys[i])
-		case rueidis.IsRedisNil(err):
+		case rediserr.IsNil(err):
 			vals = append(vals, nil)
 			settled = append(settled, keys[i])
 		case rediserr.IsStale(err):
