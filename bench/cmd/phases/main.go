@@ -40,6 +40,7 @@ func run() int {
 	modes := flag.String("modes", "slotlock,raw", "sides to run, comma separated: slotlock, raw")
 	profile := flag.String("cpuprofile", "", "write a CPU profile of the slotlock runs to this file")
 	timeout := flag.Duration("timeout", 10*time.Minute, "bound on the whole run")
+	noTrack := flag.Bool("no-loss-tracking", false, "run slotlock with Options.NoLossTracking (what the loss tracker costs)")
 	flag.Parse()
 
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
@@ -56,7 +57,7 @@ func run() int {
 		return 1
 	}
 	defer client.Close()
-	locker, err := slotlock.New(client, slotlock.Options{})
+	locker, err := slotlock.New(client, slotlock.Options{NoLossTracking: *noTrack})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "phases:", err)
 		return 1
