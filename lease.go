@@ -47,7 +47,8 @@ type Lease struct {
 	cause     error // ErrReleased, or a *LostError
 	done      chan struct{}
 	onEnd     map[*struct{}]func(error)
-	watch     *tracking.Watch // the loss tracker's view (lost.go), nil without one
+	watch     tracking.Watch // the loss tracker's view (lost.go)
+	watching  bool           // watch is with the tracker
 }
 
 func newLease(l *Locker, set *protocol.Set, token string, ctx context.Context) *Lease {

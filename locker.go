@@ -237,7 +237,13 @@ func (l *Locker) acquire(ctx context.Context, keys []string, wait bool) (*Lease,
 // it already does (a context's cause, or an error of package slot, do
 // not).
 func withPrefix(op string, err error) error {
-	if err == nil || strings.HasPrefix(err.Error(), "slotlock:") {
+	switch err.(type) {
+	case nil, *ConflictError, *NodeError, *ReplicaError, *LostError:
+		// Ours, prefixed already: no message built (a ConflictError's
+		// names every conflicting key).
+		return err
+	}
+	if strings.HasPrefix(err.Error(), "slotlock:") {
 		return err
 	}
 	return fmt.Errorf("slotlock: %s: %w", op, err)

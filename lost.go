@@ -1,6 +1,8 @@
 package slotlock
 
 import (
+	"time"
+
 	"github.com/slotlock/slotlock/internal/tracking"
 )
 
@@ -21,37 +23,33 @@ func newLossTracker(l *Locker) *tracking.Tracker {
 	return tracking.New(l.client, l.topo)
 }
 
-// watchLoss starts watching a lease that was just granted.
+// watchLoss starts watching a lease that was just granted, unless it has
+// already ended (the watchdog or a loss may have got there first: then no
+// one would forget the watch).
 func (l *Locker) watchLoss(le *Lease) {
 	if l.track == nil {
 		return
 	}
-	slots := make([]uint16, le.set.Len())
-	for i, k := range le.set.Keys {
-		slots[i] = k.Slot
-	}
-	w := &tracking.Watch{
-		Keys:     le.set.Lock,
-		Slots:    slots,
-		Holder:   le.who.Holder,
-		Deadline: le.Deadline,
-		Lost:     le.lose,
-		Expired:  le.expire,
-	}
 	le.mu.Lock()
-	le.watch = w
+	if le.ended {
+		le.mu.Unlock()
+		return
+	}
+	le.watch = tracking.Watch{Set: le.set, Holder: le.who.Holder, Owner: (*leaseLoss)(le)}
+	le.watching = true
 	le.mu.Unlock()
-	l.track.Watch(w)
+	l.track.Watch(&le.watch)
 }
 
-// forgetLoss stops watching le. Release calls it before it deletes the
-// keys: the invalidations of its own release must not read as a loss.
+// forgetLoss stops watching le, once. Release calls it before it deletes
+// the keys: the invalidations of its own release must not read as a loss.
 func (le *Lease) forgetLoss() {
 	le.mu.Lock()
-	w := le.watch
+	watching := le.watching
+	le.watching = false
 	le.mu.Unlock()
-	if w != nil {
-		le.l.track.Forget(w)
+	if watching {
+		le.l.track.Forget(&le.watch)
 	}
 }
 
@@ -59,9 +57,17 @@ func (le *Lease) forgetLoss() {
 // earlier).
 func (le *Lease) rearmLoss() {
 	le.mu.Lock()
-	w := le.watch
+	watching := le.watching
 	le.mu.Unlock()
-	if w != nil {
-		le.l.track.Rearm(w)
+	if watching {
+		le.l.track.Rearm(&le.watch)
 	}
 }
+
+// leaseLoss is a Lease as the tracker's Owner: a conversion, so watching
+// a lease allocates no callbacks.
+type leaseLoss Lease
+
+func (o *leaseLoss) Deadline() time.Time { return (*Lease)(o).Deadline() }
+func (o *leaseLoss) Lost(idx []int)      { (*Lease)(o).lose(idx) }
+func (o *leaseLoss) Expired()            { (*Lease)(o).expire() }

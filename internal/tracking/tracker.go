@@ -11,34 +11,42 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/slotlock/slotlock/internal/lockval"
+	"github.com/slotlock/slotlock/internal/protocol"
 	"github.com/slotlock/slotlock/internal/topology"
 	"github.com/slotlock/slotlock/slot"
 )
 
+// Owner is the lease a Watch stands for.
+type Owner interface {
+	// Deadline returns when the keys expire unless renewed.
+	Deadline() time.Time
+	// Lost is called once, with the indexes (into the set, ascending) of
+	// keys a read on the server found not held by the watch's Holder.
+	Lost(idx []int)
+	// Expired is called once when Deadline passed.
+	Expired()
+}
+
 // Watch is one lease as the Tracker sees it. The caller fills the exported
-// fields and must not change them after Watch.
+// fields and must not change them after Watch. It is meant to live inside
+// the lease (no allocation of its own), and its keys are the lease's set.
 type Watch struct {
-	// Keys are the lease's lock keys and Slots their hash slots, index by
-	// index.
-	Keys  []string
-	Slots []uint16
+	// Set holds the lease's lock keys (Set.Lock) and their slots.
+	Set *protocol.Set
 	// Holder is what every lock key's value starts with while the lease
 	// holds it (the lease or owner token; see lockval.Holder).
 	Holder string
-	// Deadline returns when the keys expire unless renewed.
-	Deadline func() time.Time
-	// Lost is called once, with the indexes (into Keys, ascending) of keys
-	// a read on the server found not held by Holder.
-	Lost func(idx []int)
-	// Expired is called once when Deadline passed.
-	Expired func()
+	Owner  Owner
 
 	// ended: Lost or Expired was called, or the watch was forgotten;
 	// neither is called after that.
 	ended atomic.Bool
-	// queued is the deadline of the watch's entry in the Tracker's heap
-	// (zero: none), under Tracker.mu.
-	queued time.Time
+	// at is the deadline of the watch's entry in the Tracker's heap and
+	// pos its place there (-1: none), under Tracker.mu. Forget removes
+	// the entry: a released lease is not kept reachable until its
+	// deadline.
+	at  time.Time
+	pos int
 	// indexed: its keys are in Tracker.keys (under Tracker.mu).
 	indexed bool
 }
@@ -72,6 +80,10 @@ type Tracker struct {
 	toRoute map[string]struct{} // keys to send to their master's connection
 	refresh bool                // toRoute came from a stale reply: read the slot map again
 	due     deadlines
+	// timerAt is when the run loop's timer fires. A new deadline later
+	// than that needs no wake-up: the loop looks at the heap then. (A
+	// removed entry leaves the timer as it was: it fires early, harmlessly.)
+	timerAt time.Time
 	started bool
 	closed  bool
 
@@ -127,7 +139,11 @@ func (t *Tracker) Watch(w *Watch) {
 		go t.run()
 		go t.routeLoop()
 	}
-	t.push(w, w.Deadline())
+	if w.ended.Load() {
+		return // forgotten before it was watched
+	}
+	w.pos = -1
+	t.push(w, w.Owner.Deadline())
 	if !t.refused.Load() {
 		// Indexed by the router, after registerDelay: a lease released
 		// before then costs this append and nothing per key. Only the
@@ -137,8 +153,8 @@ func (t *Tracker) Watch(w *Watch) {
 			t.pokeRouter()
 		}
 	}
-	if t.due[0].w == w {
-		t.poke() // the earliest deadline now: the timer must move
+	if w.at.Before(t.timerAt) {
+		t.poke() // due before the run loop's timer: it must move
 	}
 }
 
@@ -150,7 +166,7 @@ func (t *Tracker) indexFresh() {
 			continue
 		}
 		w.indexed = true
-		for i, k := range w.Keys {
+		for i, k := range w.Set.Lock {
 			t.keys[k] = append(t.keys[k], ref{w, i})
 			t.toRoute[k] = struct{}{}
 		}
@@ -166,10 +182,15 @@ func (t *Tracker) Forget(w *Watch) {
 	w.ended.Store(true)
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if w.pos >= 0 {
+		heap.Remove(&t.due, w.pos)
+	}
 	if !w.indexed {
 		return // still fresh: indexFresh skips it
 	}
-	for _, k := range w.Keys {
+	w.indexed = false
+	var gone []string
+	for _, k := range w.Set.Lock {
 		refs := t.keys[k]
 		refs = slices.DeleteFunc(refs, func(r ref) bool { return r.w == w })
 		if len(refs) > 0 {
@@ -178,9 +199,10 @@ func (t *Tracker) Forget(w *Watch) {
 		}
 		delete(t.keys, k)
 		delete(t.toRoute, k)
-		for _, n := range t.nodes {
-			n.drop(k)
-		}
+		gone = append(gone, k)
+	}
+	for _, n := range t.nodes {
+		n.drop(gone...)
 	}
 }
 
@@ -192,7 +214,7 @@ func (t *Tracker) Rearm(w *Watch) {
 	if t.closed || w.ended.Load() {
 		return
 	}
-	t.push(w, w.Deadline())
+	t.push(w, w.Owner.Deadline())
 	t.poke()
 }
 
@@ -225,13 +247,17 @@ func (t *Tracker) pokeRouter() {
 	}
 }
 
-// push queues w's deadline d unless an entry at or before d is queued.
+// push queues w's deadline d, or moves its entry to d if d is earlier.
 func (t *Tracker) push(w *Watch, d time.Time) {
-	if !w.queued.IsZero() && !d.Before(w.queued) {
+	if w.pos >= 0 {
+		if d.Before(w.at) {
+			w.at = d
+			heap.Fix(&t.due, w.pos)
+		}
 		return
 	}
-	w.queued = d
-	heap.Push(&t.due, deadline{at: d, w: w})
+	w.at = d
+	heap.Push(&t.due, w)
 }
 
 // routeRetry is how soon keys that could not be routed (no slot map, a
@@ -247,7 +273,7 @@ func (t *Tracker) run() {
 	for {
 		expired, next := t.expireDue(time.Now())
 		for _, w := range expired {
-			w.Expired()
+			w.Owner.Expired()
 		}
 		timer.Reset(next)
 		select {
@@ -301,17 +327,16 @@ func (t *Tracker) expireDue(now time.Time) (expired []*Watch, next time.Duration
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for t.due.Len() > 0 {
-		e := t.due[0]
-		if e.at.After(now) {
-			return expired, e.at.Sub(now)
+		w := t.due[0]
+		if w.at.After(now) {
+			t.timerAt = w.at
+			return expired, w.at.Sub(now)
 		}
 		heap.Pop(&t.due)
-		w := e.w
-		if !e.at.Equal(w.queued) || w.ended.Load() {
-			continue // superseded by an earlier entry, or done
+		if w.ended.Load() {
+			continue // lost, its lease not ended yet
 		}
-		w.queued = time.Time{}
-		if d := w.Deadline(); d.After(now) {
+		if d := w.Owner.Deadline(); d.After(now) {
 			t.push(w, d) // renewed since
 			continue
 		}
@@ -319,6 +344,7 @@ func (t *Tracker) expireDue(now time.Time) (expired []*Watch, next time.Duration
 			expired = append(expired, w)
 		}
 	}
+	t.timerAt = now.Add(time.Hour)
 	return expired, time.Hour
 }
 
@@ -362,7 +388,7 @@ func (t *Tracker) route() bool {
 			delete(t.toRoute, k)
 			continue
 		}
-		o := m.Owner(refs[0].w.Slots[refs[0].i])
+		o := m.Owner(refs[0].w.Set.Keys[refs[0].i].Slot)
 		if o < 0 {
 			ok = false
 			continue
@@ -443,29 +469,31 @@ func (t *Tracker) settle(keys []string, vals []*string) {
 	for w, idx := range lost {
 		if w.claim() {
 			slices.Sort(idx)
-			w.Lost(idx)
+			w.Owner.Lost(idx)
 		}
 	}
 }
 
-// deadline is an entry of the deadline heap.
-type deadline struct {
-	at time.Time
-	w  *Watch
-}
-
-// deadlines is a min-heap by time. A watch has at most one live entry
-// (Watch.queued); entries superseded by an earlier one are dropped when
-// they reach the top.
-type deadlines []deadline
+// deadlines is a min-heap of watches by deadline; each watch is in it at
+// most once, at Watch.pos.
+type deadlines []*Watch
 
 func (h deadlines) Len() int           { return len(h) }
 func (h deadlines) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
-func (h deadlines) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *deadlines) Push(x any)        { *h = append(*h, x.(deadline)) }
+func (h deadlines) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].pos, h[j].pos = i, j
+}
+func (h *deadlines) Push(x any) {
+	w := x.(*Watch)
+	w.pos = len(*h)
+	*h = append(*h, w)
+}
 func (h *deadlines) Pop() any {
 	old := *h
-	x := old[len(old)-1]
+	w := old[len(old)-1]
+	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
-	return x
+	w.pos = -1
+	return w
 }
