@@ -67,7 +67,7 @@ type Tracker struct {
 	client rueidis.Client
 	topo   *topology.Source
 
-	stats struct{ reads, held, hints, resyncs atomic.Int64 }
+	stats struct{ held, hints, resyncs atomic.Int64 }
 
 	// refused is set when a server refused CLIENT TRACKING (an ACL, a
 	// proxy, a managed service): from then on only deadlines are watched.
@@ -110,7 +110,6 @@ func New(client rueidis.Client, topo *topology.Source) *Tracker {
 
 // Stats counts the Tracker's work since New.
 type Stats struct {
-	Reads   int64 // keys read on tracking connections
 	Held    int64 // reads that found the key still held: registered again
 	Hints   int64 // invalidations of watched keys received
 	Resyncs int64 // nil invalidations (a flush, a connection's end)
@@ -118,13 +117,9 @@ type Stats struct {
 
 // Stats returns the counters.
 func (t *Tracker) Stats() Stats {
-	return Stats{Reads: t.stats.reads.Load(), Held: t.stats.held.Load(),
+	return Stats{Held: t.stats.held.Load(),
 		Hints: t.stats.hints.Load(), Resyncs: t.stats.resyncs.Load()}
 }
-
-// Refused reports whether a server refused client tracking, so that only
-// deadlines are watched.
-func (t *Tracker) Refused() bool { return t.refused.Load() }
 
 // Watch starts watching w's keys and deadline.
 func (t *Tracker) Watch(w *Watch) {
@@ -463,7 +458,6 @@ func (t *Tracker) settle(keys []string, vals []*string) {
 			}
 		}
 	}
-	t.stats.reads.Add(int64(len(keys)))
 	t.stats.held.Add(held)
 	t.mu.Unlock()
 	for w, idx := range lost {
