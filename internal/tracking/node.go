@@ -15,6 +15,9 @@ import (
 // Bounds of one node's work. A read that takes longer than readTimeout is
 // treated like a broken connection (a paused node): the keys are read again
 // on a new connection, while the deadlines and the watchdog cover them.
+// The reconnect backoff is its own curve, not protocol.Backoff (1 to 64 ms,
+// for a moved slot): a node that cannot be reached is retried up to 4 times
+// a second, and the failover figure in docs/design.md depends on that cap.
 const (
 	readTimeout = time.Second
 	minBackoff  = 10 * time.Millisecond
@@ -101,20 +104,21 @@ func (n *node) invalidated(gen uint64, msgs []rueidis.RedisMessage) {
 			keys = append(keys, k)
 		}
 	}
-	// Every watched key counts, owned here or not yet: the push can
-	// overtake the reply of the read that registered the key.
-	keys = n.t.watched(keys)
-	if len(keys) == 0 {
-		return
-	}
-	n.t.stats.hints.Add(int64(len(keys)))
+	// A key is owned here from before the read that registers it (add),
+	// so a push that overtakes that read's reply still counts.
+	hints := 0
 	n.mu.Lock()
 	for _, k := range keys {
 		if _, ok := n.owned[k]; ok {
 			n.pending[k] = struct{}{}
+			hints++
 		}
 	}
 	n.mu.Unlock()
+	if hints == 0 {
+		return
+	}
+	n.t.stats.hints.Add(int64(hints))
 	n.poke()
 }
 

@@ -430,19 +430,6 @@ func (t *Tracker) reroute(keys []string) {
 	t.pokeRouter()
 }
 
-// watched reports which of keys some watch holds.
-func (t *Tracker) watched(keys []string) []string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	out := keys[:0:0]
-	for _, k := range keys {
-		if _, ok := t.keys[k]; ok {
-			out = append(out, k)
-		}
-	}
-	return out
-}
-
 // settle applies the reads of keys: vals[i] is the value of keys[i] (nil:
 // no key). Watches whose holder does not match lose those keys.
 func (t *Tracker) settle(keys []string, vals []*string) {
