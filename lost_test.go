@@ -47,35 +47,32 @@ func requireRegistered(t *testing.T, l *slotlock.Locker, n int64) {
 // lease and the context name the key.
 func TestLossIsSeenAtOnce(t *testing.T) {
 	t.Parallel()
+	del := func(e *env, ctx context.Context, k string) error {
+		return e.client.Do(ctx, e.client.B().Del().Key(k).Build()).Error()
+	}
+	renewing := slotlock.Options{TTL: time.Minute, Renew: slotlock.RenewAlways}
+	pipelined := renewing
+	pipelined.Strategy = slotlock.StrategyPipeline
 	for _, tc := range []struct {
 		name  string
 		opt   slotlock.Options
+		owner string // WithOwner's id: a reentrant lease
 		write func(e *env, ctx context.Context, lockKey string) error
 	}{
-		{"DEL", slotlock.Options{TTL: time.Minute, Renew: slotlock.RenewAlways},
-			func(e *env, ctx context.Context, k string) error {
-				return e.client.Do(ctx, e.client.B().Del().Key(k).Build()).Error()
-			}},
-		{"SET by another", slotlock.Options{TTL: time.Minute, Renew: slotlock.RenewAlways},
-			func(e *env, ctx context.Context, k string) error {
-				return e.client.Do(ctx, e.client.B().Set().Key(k).Value("someone-else").Build()).Error()
-			}},
-		{"DEL, pipeline strategy", slotlock.Options{TTL: time.Minute, Renew: slotlock.RenewAlways, Strategy: slotlock.StrategyPipeline},
-			func(e *env, ctx context.Context, k string) error {
-				return e.client.Do(ctx, e.client.B().Del().Key(k).Build()).Error()
-			}},
-		{"DEL, reentrant", slotlock.Options{TTL: time.Minute, Renew: slotlock.RenewAlways},
-			func(e *env, ctx context.Context, k string) error {
-				return e.client.Do(ctx, e.client.B().Del().Key(k).Build()).Error()
-			}},
+		{"DEL", renewing, "", del},
+		{"SET by another", renewing, "", func(e *env, ctx context.Context, k string) error {
+			return e.client.Do(ctx, e.client.B().Set().Key(k).Value("someone-else").Build()).Error()
+		}},
+		{"DEL, pipeline strategy", pipelined, "", del},
+		{"DEL, reentrant", renewing, "worker-1", del},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			l := e.locker(tc.opt)
 			ctx := ctxT(t, 60*time.Second)
-			if tc.name == "DEL, reentrant" {
-				ctx = slotlock.WithOwner(ctx, "worker-1")
+			if tc.owner != "" {
+				ctx = slotlock.WithOwner(ctx, tc.owner)
 			}
 			lease, err := l.Lock(ctx, keysN("seen", 1000)...)
 			require.NoError(t, err)
