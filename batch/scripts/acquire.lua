@@ -90,8 +90,7 @@ for i = first, last do
     -- A free key (or one handed to us) may still list us in its queue:
     -- it was freed by expiry or by a script-free release. Read the queue
     -- now, leave it when writing.
-    local q, qd = queue_keys(keys[i])
-    handed[i] = redis.call('EXISTS', q, qd) > 0
+    handed[i] = read_queue(keys[i])
   end
   if v and v ~= holder and holder_of(v) ~= holder then
     if stop > last then

@@ -79,6 +79,18 @@ local function queue_keys(k)
   return head .. '#q' .. tail, head .. '#qd' .. tail
 end
 
+-- read_queue reads lock key k's queue keys before a script's first write
+-- (a key of a slot in migration then fails the call with nothing
+-- written) and reports whether either exists. It reads the names
+-- queue_keys gives, the ones enqueue, leave_queue and hand_off write: what
+-- is checked is what is written. (Calls for one slot also declare them in
+-- KEYS, named by Go's slot.Namer.QueueKeysInSlot, for Redis's migration
+-- rules.)
+local function read_queue(k)
+  local q, qd = queue_keys(k)
+  return redis.call('EXISTS', q, qd) > 0
+end
+
 -- reserved_for returns the waiter a reserved value names, nil for a held
 -- value.
 local function reserved_for(v)

@@ -17,7 +17,7 @@ local v = redis.call('GET', k)
 if not v or reserved_for(v) == waiter or v == holder or holder_of(v) == holder then
   return 0
 end
-redis.call('EXISTS', KEYS[2], KEYS[3]) -- read before the first write
+read_queue(k) -- before the first write
 local left = redis.call('PTTL', k)
 enqueue(k, v, waiter)
 if left == 0 then

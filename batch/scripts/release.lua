@@ -30,8 +30,7 @@ for i = first, last do
   if mine then
     ours[i] = v
     if string.byte(v, -1) == 33 then -- '!': read the queue before writing
-      local q, qd = queue_keys(keys[i])
-      redis.call('EXISTS', q, qd)
+      read_queue(keys[i])
     end
   else
     lost[#lost + 1] = i - first + 1

@@ -23,7 +23,7 @@ if v ~= ARGV[1] and (not v or holder_of(v) ~= ARGV[1]) then
   return 0 -- the equality first: a plain lease's value is its token
 end
 if string.byte(v, -1) == 33 then -- '!': a waiter marked it
-  redis.call('EXISTS', KEYS[2], KEYS[3]) -- read before the first write
+  read_queue(KEYS[1]) -- before the first write
   hand_off(KEYS[1])
   return 1
 end
