@@ -156,17 +156,9 @@ const inLineTick = lockval.ReserveTTL * 4 / 5
 // attempt-th backoff, at most inLineTick, limit and the holder's remaining
 // TTL (plus a little).
 func inLine(holderTTL time.Duration, attempt int, limit time.Duration) time.Duration {
-	d := min(protocol.WaitBackoff(attempt), inLineTick, limit)
-	if holderTTL >= 0 {
-		d = min(d, holderTTL+time.Millisecond+rand.N(time.Millisecond))
-	}
-	return max(d, time.Millisecond)
+	return max(fallback(holderTTL, attempt, min(limit, inLineTick)), time.Millisecond)
 }
 
-// wait returns when lockKey may have been released: a release message, the
-// key found free or unmarked after subscribing, or the fallback timer (at
-// most limit). It returns context.Cause(ctx) when ctx ends first. attempt
-// counts the waits of one acquisition for this key.
 // line names one waiter's place at one lock key: the key, its queue keys
 // (join.lua), and who waits.
 type line struct {
@@ -175,6 +167,11 @@ type line struct {
 	cleanup                time.Duration // bounds the leave of a waiter that gave up
 }
 
+// wait returns when the key at.lock may be free or handed to at.waiter: a
+// release message (a hand-off to another waiter does not count), join.lua
+// finding the key free, the waiter's own or reserved for it, or the timer
+// (at most limit). It returns context.Cause(ctx) when ctx ends first.
+// attempt counts the waits of one acquisition for this key.
 func (w *waker) wait(ctx context.Context, at line, holderTTL time.Duration, attempt int, limit time.Duration) error {
 	lockKey, waiter := at.lock, at.waiter
 	timer := time.NewTimer(fallback(holderTTL, attempt, limit))
@@ -204,7 +201,7 @@ func (w *waker) wait(ctx context.Context, at line, holderTTL time.Duration, atte
 	done := make(chan error, 1)
 	go func() {
 		done <- w.client.Receive(hooked, w.client.B().Ssubscribe().Channel(lockKey).Build(), func(m rueidis.PubSubMessage) {
-			if to, ok := strings.CutPrefix(m.Message, "h "); ok && to != waiter {
+			if to, ok := strings.CutPrefix(m.Message, lockval.HandOff); ok && to != waiter {
 				return // handed to another waiter
 			}
 			select {
@@ -229,7 +226,7 @@ func (w *waker) wait(ctx context.Context, at line, holderTTL time.Duration, atte
 		if rediserr.IsErrorReply(err) {
 			w.noPubSub.Store(true)
 		}
-		_, err = waitTimer(ctx, timer, released)
+		err = waitTimer(ctx, timer, released)
 		return err
 	case <-released:
 		return nil
@@ -257,7 +254,7 @@ func (w *waker) wait(ctx context.Context, at line, holderTTL time.Duration, atte
 			// script: try again shortly, as after a moved slot.
 			timer.Stop()
 			timer.Reset(min(protocol.Backoff(attempt), limit))
-			_, err := waitTimer(ctx, timer, released)
+			err := waitTimer(ctx, timer, released)
 			return err
 		}
 		if n == 0 {
@@ -306,15 +303,14 @@ func (w *waker) leave(ctx context.Context, at line) {
 
 // waitTimer waits for the timer, a release message (woken) or the end of
 // ctx.
-func waitTimer(ctx context.Context, timer *time.Timer, released chan struct{}) (woken bool, err error) {
+func waitTimer(ctx context.Context, timer *time.Timer, released chan struct{}) error {
 	select {
 	case <-released:
-		return true, nil
 	case <-timer.C:
-		return false, nil
 	case <-ctx.Done():
-		return false, context.Cause(ctx)
+		return context.Cause(ctx)
 	}
+	return nil
 }
 
 // unsubscribe ends the Receive of one wait and, when no other waiter of

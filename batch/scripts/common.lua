@@ -66,8 +66,8 @@ end
 -- RESERVE_MS bounds what a waiter that never comes (killed, cancelled,
 -- waiting for a lower key) costs a key: a reservation is never renewed.
 -- ENTRY_MS bounds how long a waiter that stopped joining stays in line: a
--- live waiter joins again at every attempt, at least once a second
--- (protocol.MaxWait). The Go side names both in internal/lockval.
+-- live waiter joins again at every attempt, at least every 400 ms
+-- (inLineTick in batch/wake.go). The Go side names both in internal/lockval.
 local RESERVE_MS = 500
 local ENTRY_MS = 3000
 
@@ -152,5 +152,5 @@ local function hand_off(k)
   end
   local more = leave_queue(k, head[1])
   redis.call('SET', k, '^' .. head[1] .. (more and '!' or ''), 'PX', RESERVE_MS)
-  publish(k, 'h ' .. head[1])
+  publish(k, 'h ' .. head[1]) -- lockval.HandOff
 end

@@ -23,7 +23,6 @@
 package lockval
 
 import (
-	"strconv"
 	"strings"
 	"time"
 )
@@ -52,27 +51,17 @@ func ReservedFor(v string) (string, bool) {
 // Mark is the waiter's mark, the last byte of a marked value.
 const Mark = "!"
 
+// HandOff starts the message a release publishes on a key's channel when
+// it hands the key to a waiter: HandOff + the waiter's lease token
+// (hand_off in common.lua). A plain release publishes "r".
+const HandOff = "h "
+
 // Holder returns the holder part of v (holder_of in common.lua).
 func Holder(v string) string {
 	if i := strings.IndexAny(v, ".!"); i >= 0 {
 		return v[:i]
 	}
 	return v
-}
-
-// Fence returns the fencing token of v, 0 when it has none (fence_of in
-// common.lua).
-func Fence(v string) int64 {
-	d := strings.IndexByte(v, '.')
-	if d < 0 {
-		return 0
-	}
-	rest := strings.TrimSuffix(v[d+1:], Mark)
-	n, err := strconv.ParseInt(rest, 10, 64)
-	if err != nil {
-		return 0
-	}
-	return n
 }
 
 // Marked reports whether a waiter marked v.
@@ -83,13 +72,4 @@ func Marked(v string) bool { return strings.HasSuffix(v, Mark) }
 // the token with a waiter's mark.
 func OfPlain(v, token string) bool {
 	return len(v) >= len(token) && v[:len(token)] == token && (len(v) == len(token) || v[len(token):] == Mark)
-}
-
-// Format returns the value a grant writes: holder, and ".fence" when fence
-// is above zero.
-func Format(holder string, fence int64) string {
-	if fence <= 0 {
-		return holder
-	}
-	return holder + "." + strconv.FormatInt(fence, 10)
 }
