@@ -33,15 +33,7 @@ func BenchmarkOthersStall(b *testing.B) {
 				b.Fatal(err)
 			}
 			for _, m := range masters {
-				for _, cmd := range [][]string{
-					{"CONFIG", "SET", "slowlog-log-slower-than", "0"}, // every command
-					{"CONFIG", "SET", "slowlog-max-len", "100000"},
-					{"SLOWLOG", "RESET"},
-				} {
-					if err := m.Do(ctx, cmd...).Error(); err != nil {
-						b.Fatal(err)
-					}
-				}
+				slowLogFor(b, ctx, m)
 			}
 			b.ResetTimer()
 			for range b.N {
@@ -65,9 +57,36 @@ func BenchmarkOthersStall(b *testing.B) {
 	}
 }
 
+// slowLogFor makes m log every command until the benchmark ends, then puts
+// back the settings it found (the cluster is shared by the package's
+// tests and benchmarks).
+func slowLogFor(b *testing.B, ctx context.Context, m *redistest.Node) {
+	restore := [][]string{{"SLOWLOG", "RESET"}}
+	for _, name := range []string{"slowlog-log-slower-than", "slowlog-max-len"} {
+		kv, err := m.Do(ctx, "CONFIG", "GET", name).AsStrMap() // RESP3: a map
+		if err != nil || kv[name] == "" {
+			b.Fatalf("CONFIG GET %s on %s: %v %v", name, m, kv, err)
+		}
+		restore = append(restore, []string{"CONFIG", "SET", name, kv[name]})
+	}
+	b.Cleanup(func() {
+		for _, cmd := range restore {
+			_ = m.Do(context.Background(), cmd...).Error()
+		}
+	})
+	for _, cmd := range [][]string{
+		{"CONFIG", "SET", "slowlog-log-slower-than", "0"}, // every command
+		{"CONFIG", "SET", "slowlog-max-len", "100000"},
+		{"SLOWLOG", "RESET"},
+	} {
+		if err := m.Do(ctx, cmd...).Error(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // scriptCallTimes reads the masters' SLOWLOG and returns the durations (µs,
-// ascending) of every script call (EVAL, EVALSHA), then turns the slow log
-// back to its default.
+// ascending) of every script call (EVAL, EVALSHA).
 func scriptCallTimes(b *testing.B, ctx context.Context, masters []*redistest.Node) []int64 {
 	var out []int64
 	for _, m := range masters {
@@ -92,8 +111,6 @@ func scriptCallTimes(b *testing.B, ctx context.Context, masters []*redistest.Nod
 				out = append(out, us)
 			}
 		}
-		_ = m.Do(ctx, "CONFIG", "SET", "slowlog-log-slower-than", "10000").Error()
-		_ = m.Do(ctx, "SLOWLOG", "RESET").Error()
 	}
 	slices.Sort(out)
 	return out

@@ -305,25 +305,15 @@ func (e *Env) ServerCPU(ctx context.Context) (time.Duration, error) {
 }
 
 // RedisVersion is the server the first master says it is in INFO server,
-// with its name: "redis 7.0.15", "valkey 8.0.1".
+// with its name: "redis 7.0.15", "valkey 8.0.1" (redistest.ParseServer).
 func (e *Env) RedisVersion(ctx context.Context) (string, error) {
 	text, err := e.masters[0].Info(ctx, "server")
 	if err != nil {
 		return "", err
 	}
-	// Valkey reports server_name:valkey and valkey_version beside a
-	// redis_version kept for compatibility: name the server it is.
-	fields := map[string]string{}
-	for _, line := range strings.Split(text, "\n") {
-		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
-			fields[k] = v
-		}
+	srv, err := redistest.ParseServer(text)
+	if err != nil {
+		return "", fmt.Errorf("INFO server of %s: %w", e.masters[0].addr, err)
 	}
-	if v := fields["valkey_version"]; v != "" {
-		return "valkey " + v, nil
-	}
-	if v := fields["redis_version"]; v != "" {
-		return "redis " + v, nil
-	}
-	return "", fmt.Errorf("no redis_version in INFO server of %s", e.masters[0].addr)
+	return srv.String(), nil
 }
