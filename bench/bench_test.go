@@ -2,9 +2,7 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -16,17 +14,8 @@ var cluster *redistest.Cluster
 
 func TestMain(m *testing.M) {
 	// A worker process of TestProcs: the test binary re-executed.
-	if js := os.Getenv(EnvWorker); js != "" {
-		var spec WorkerSpec
-		if err := json.Unmarshal([]byte(js), &spec); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(2)
-		}
-		if err := WorkerMain(context.Background(), spec, os.Stdin, os.Stdout); err != nil {
-			fmt.Fprintln(os.Stderr, "worker:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
+	if code, ran := RunWorkerIfAsked(context.Background()); ran {
+		os.Exit(code)
 	}
 	os.Exit(redistest.Main(m, redistest.Options{}, &cluster))
 }

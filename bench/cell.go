@@ -67,7 +67,9 @@ func RTTName(d time.Duration) string {
 }
 
 // The matrix: on loopback (RTT 0) every K of Ks at every W of Ws; behind
-// each emulated round trip of RTTs, the K of KsAt at one worker; the
+// each emulated round trip of RTTs, the K of Ks at one worker (trimmed to
+// fit make bench in 12 minutes on 2 cores once the round trips came: no K =
+// 10 and no uncontended W = 16 any more); the
 // contended cell on loopback and at ContendedRTT; and the contended cell
 // with slotlock's workers spread over separate processes (ProcsSplits).
 var (
@@ -87,15 +89,6 @@ const (
 	ContendedRTT = 200 * time.Microsecond
 )
 
-// KsAt is the batch sizes measured at a round trip. Trimmed to fit make
-// bench in 12 minutes on 2 cores once the round trips were added: K = 10
-// and W = 16 (uncontended) are no longer measured by default; go test
-// -bench and -cells still reach any cell built from them.
-func KsAt(time.Duration) []int { return Ks }
-
-// WsAt is the worker counts measured at a round trip (see KsAt).
-func WsAt(time.Duration) []int { return Ws }
-
 // Contended is the contended cell of a contender at a round trip.
 func Contended(name string, rtt time.Duration) Cell {
 	return Cell{Contender: name, K: ContendedK, W: ContendedW, Hot: HotKeys, RTT: rtt}
@@ -107,8 +100,8 @@ func Contended(name string, rtt time.Duration) Cell {
 func Matrix() []Cell {
 	var out []Cell
 	for _, rtt := range RTTs {
-		for _, k := range KsAt(rtt) {
-			for _, w := range WsAt(rtt) {
+		for _, k := range Ks {
+			for _, w := range Ws {
 				for _, f := range Contenders {
 					out = append(out, Cell{Contender: f.Name, K: k, W: w, RTT: rtt})
 				}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/slotlock/slotlock/internal/rediserr"
 )
 
 // Contender is one way of locking batches of keys, set up for one cell and
@@ -108,7 +110,7 @@ func checkValues(ctx context.Context, client rueidis.Client, lockKeys []string, 
 	for i, r := range client.DoMulti(ctx, cmds...) {
 		v, err := r.ToString()
 		found := err == nil
-		if err != nil && !rueidis.IsRedisNil(err) {
+		if err != nil && !rediserr.IsNil(err) {
 			return fmt.Errorf("check: GET %s: %w", lockKeys[i], err)
 		}
 		if !ok(i, v, found) {

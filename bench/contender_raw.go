@@ -9,6 +9,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/slotlock/slotlock/internal/protocol"
+	"github.com/slotlock/slotlock/internal/rediserr"
 )
 
 // rawFactory is the ceiling: every SET NX PX of the batch in one DoMulti
@@ -54,7 +55,7 @@ func (c *rawContender) Lock(ctx context.Context, keys []string) (Held, error) {
 			switch err := r.Error(); {
 			case err == nil:
 				got = append(got, keys[i])
-			case rueidis.IsRedisNil(err):
+			case rediserr.IsNil(err):
 			case firstErr == nil:
 				firstErr = fmt.Errorf("SET %s NX: %w", keys[i], err)
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/slotlock/slotlock/internal/protocol"
+	"github.com/slotlock/slotlock/internal/rediserr"
 )
 
 //go:embed scripts/release.lua
@@ -77,7 +78,7 @@ func (c *setnxContender) Lock(ctx context.Context, keys []string) (Held, error) 
 func (c *setnxContender) take(ctx context.Context, keys []string, token string) (int, error) {
 	for i, k := range keys {
 		err := c.client.Do(ctx, c.client.B().Set().Key(k).Value(token).Nx().PxMilliseconds(TTL.Milliseconds()).Build()).Error()
-		if rueidis.IsRedisNil(err) {
+		if rediserr.IsNil(err) {
 			return i, nil
 		}
 		if err != nil {

@@ -151,22 +151,9 @@ func (e *Env) Close() { e.probe.Close() }
 // Cluster returns the harness's cluster, or nil for an attached one.
 func (e *Env) Cluster() *redistest.Cluster { return e.cluster }
 
-// Prefix is what every key of the benchmark starts with ("" on the
-// harness's own cluster).
-func (e *Env) Prefix() string { return e.prefix }
-
 // Shape is "3 masters + 3 replicas".
 func (e *Env) Shape() string {
 	return fmt.Sprintf("%d masters + %d replicas", len(e.masters), len(e.nodes)-len(e.masters))
-}
-
-// MasterAddrs lists the masters' addresses.
-func (e *Env) MasterAddrs() []string {
-	var out []string
-	for _, m := range e.masters {
-		out = append(out, m.addr)
-	}
-	return out
 }
 
 // Seeds are the addresses clients start from.
@@ -180,9 +167,6 @@ func (e *Env) WithRTT(rtt time.Duration) *Env {
 	c.rtt = rtt
 	return &c
 }
-
-// RTT is the emulated round trip of this environment's contender clients.
-func (e *Env) RTT() time.Duration { return e.rtt }
 
 func (e *Env) dialer() latency.Dialer { return latency.Dialer{RTT: e.rtt, Stats: e.Wire} }
 

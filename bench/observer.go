@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/slotlock/slotlock/internal/rediserr"
 )
 
 // observer is everyone else: another application on the same cluster,
@@ -52,7 +54,7 @@ func (e *Env) startObserver(ctx context.Context) (*observer, error) {
 			err := client.Do(ctx, cmds[rng.IntN(len(cmds))]).Error()
 			d := time.Since(t0)
 			o.mu.Lock()
-			if err != nil && !rueidis.IsRedisNil(err) {
+			if err != nil && !rediserr.IsNil(err) {
 				if ctx.Err() == nil {
 					o.errs++
 				}

@@ -82,6 +82,27 @@ type workerReport struct {
 	Err        string
 }
 
+// RunWorkerIfAsked runs this process as a worker of a process cell when
+// the parent asked for one (EnvWorker set): then it returns the exit code
+// and true. Both binaries that start workers (slotbench and this package's
+// tests) begin with it.
+func RunWorkerIfAsked(ctx context.Context) (code int, ran bool) {
+	js := os.Getenv(EnvWorker)
+	if js == "" {
+		return 0, false
+	}
+	var spec WorkerSpec
+	if err := json.Unmarshal([]byte(js), &spec); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 2, true
+	}
+	if err := WorkerMain(ctx, spec, os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 1, true
+	}
+	return 0, true
+}
+
 // WorkerMain runs one worker process: it connects, verifies, says "ready",
 // waits for "go" on in, runs for spec.Duration and writes its report (JSON)
 // to out.

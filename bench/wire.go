@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/slotlock/slotlock/internal/rediserr"
 )
 
 // Wire is what a round trip through the environment's connections
@@ -56,7 +58,7 @@ func (e *Env) MeasureWire(ctx context.Context, rtt time.Duration, n int) (Wire, 
 		if i%10 == 0 {
 			t0 = time.Now()
 			for _, r := range c.DoMulti(ctx, cmds...) {
-				if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) {
+				if err := r.Error(); err != nil && !rediserr.IsNil(err) {
 					return w, fmt.Errorf("wire: pipeline: %w", err)
 				}
 			}

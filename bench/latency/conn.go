@@ -43,8 +43,8 @@ type Conn struct {
 // Stats counts what went through the connections of one Dialer.
 type Stats struct {
 	// Writes counts the chunks the client wrote (a flush of its buffer:
-	// one command, or a pipelined burst); Reads the chunks that arrived.
-	Writes, Reads atomic.Int64
+	// one command, or a pipelined burst).
+	Writes atomic.Int64
 }
 
 // Wrap puts conn behind an emulated round trip of rtt (half each way).
@@ -139,7 +139,6 @@ func (c *Conn) receiveLoop() {
 		n, err := c.Conn.Read(b)
 		if n > 0 {
 			c.in.commit(n, time.Now().Add(c.half))
-			c.stats.Reads.Add(1)
 		}
 		if err != nil {
 			c.in.finish(err)

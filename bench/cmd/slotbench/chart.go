@@ -52,7 +52,7 @@ func writeChart(path string, rows []row) error {
 		lines := 0
 		for _, f := range bench.Contenders {
 			var xys plotter.XYs
-			for _, k := range bench.KsAt(rtt) {
+			for _, k := range bench.Ks {
 				if r, ok := find(rows, bench.Cell{Contender: f.Name, K: k, W: 1, RTT: rtt}); ok && r.KeysPerSec() > 0 {
 					xys = append(xys, plotter.XY{X: float64(k), Y: r.KeysPerSec()})
 				}

@@ -15,7 +15,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -53,25 +52,13 @@ type config struct {
 
 func main() {
 	// A worker process of a process cell: this binary, re-executed.
-	if js := os.Getenv(bench.EnvWorker); js != "" {
-		os.Exit(worker(js))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code, ran := bench.RunWorkerIfAsked(ctx)
+	stop()
+	if ran {
+		os.Exit(code)
 	}
 	os.Exit(run())
-}
-
-func worker(js string) int {
-	var spec bench.WorkerSpec
-	if err := json.Unmarshal([]byte(js), &spec); err != nil {
-		fmt.Fprintln(os.Stderr, "slotbench worker:", err)
-		return 2
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := bench.WorkerMain(ctx, spec, os.Stdin, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "slotbench worker:", err)
-		return 1
-	}
-	return 0
 }
 
 func run() int {

@@ -89,7 +89,7 @@ func writeThroughput(b *strings.Builder, rp report) {
 	}
 	p("A † marks a cell during which other programs used more than %.1f of a core; a dash, a cell not run (the one-key-at-a-time peers at K = 1,000 behind a round trip are left out of short runs).\n\n", noisy)
 	for _, rtt := range bench.RTTs {
-		ks := bench.KsAt(rtt)
+		ks := bench.Ks
 		p("### RTT %s\n\n| contender |", rttText(rtt))
 		for _, k := range ks {
 			p(" K = %d |", k)
@@ -158,13 +158,13 @@ func writeRoundTrips(b *strings.Builder, rp report, m *machine) {
 			}
 		}
 		p("### RTT %s (measured: %s added to a PING)\n\n| contender |", ms(rtt), ms(added))
-		for _, k := range bench.KsAt(rtt) {
+		for _, k := range bench.Ks {
 			p(" K = %d: round trips · flushes · commands |", k)
 		}
-		p("\n|---|%s\n", strings.Repeat("---:|", len(bench.KsAt(rtt))))
+		p("\n|---|%s\n", strings.Repeat("---:|", len(bench.Ks)))
 		for _, f := range bench.Contenders {
 			p("| %s |", f.Name)
-			for _, k := range bench.KsAt(rtt) {
+			for _, k := range bench.Ks {
 				r, ok := rp.get(f.Name, k, 1, 0, rtt)
 				base, okB := rp.get(f.Name, k, 1, 0, 0)
 				if !ok {
