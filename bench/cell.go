@@ -317,15 +317,21 @@ func (r *Run) Bench(ctx context.Context, b *testing.B) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.Timeout)
 	defer cancel()
+	var obs *observer
+	if r.Observe {
+		var err error
+		if obs, err = r.env.startObserver(ctx); err != nil {
+			fatal(err)
+		}
+	}
+	// After the observer's warm-up, before its timed GETs: the GETs
+	// subtracted below are exactly the ones between the two snapshots.
 	snap0, err := r.env.snapshot(ctx)
 	if err != nil {
 		fatal(err)
 	}
-	var obs *observer
-	if r.Observe {
-		if obs, err = r.env.startObserver(ctx); err != nil {
-			fatal(err)
-		}
+	if obs != nil {
+		obs.start()
 	}
 	ru0, ww0 := ProcessCPU(), r.env.Wire.Writes.Load()
 	b.ResetTimer()

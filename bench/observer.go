@@ -20,6 +20,8 @@ import (
 // contender's cost to everyone else.
 type observer struct {
 	client rueidis.Client
+	ctx    context.Context
+	cmds   []rueidis.Completed
 	cancel context.CancelFunc
 	done   chan struct{}
 	mu     sync.Mutex
@@ -41,33 +43,39 @@ func (e *Env) startObserver(ctx context.Context) (*observer, error) {
 		cmds[i] = client.B().Get().Key(e.prefix + "observer:" + strconv.Itoa(i)).Build().Pin()
 	}
 	// Connections and slot map first: the first GET is not the cell's.
+	// These GETs come before the cell's first server snapshot (the caller
+	// takes it between startObserver and run), so they are not counted as
+	// the contender's commands.
 	for _, c := range cmds {
 		_ = client.Do(ctx, c)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	o := &observer{client: client, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(o.done)
-		rng := rand.New(rand.NewPCG(1, 2))
-		for ctx.Err() == nil {
-			t0 := time.Now()
-			err := client.Do(ctx, cmds[rng.IntN(len(cmds))]).Error()
-			d := time.Since(t0)
-			o.mu.Lock()
-			if err != nil && !rediserr.IsNil(err) {
-				if ctx.Err() == nil {
-					o.errs++
-				}
-			} else {
-				o.lat = append(o.lat, d)
+	return &observer{client: client, ctx: ctx, cmds: cmds, cancel: cancel, done: make(chan struct{})}, nil
+}
+
+// start sends the timed GETs, in a goroutine of its own, until stop.
+func (o *observer) start() { go o.loop() }
+
+func (o *observer) loop() {
+	defer close(o.done)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for o.ctx.Err() == nil {
+		t0 := time.Now()
+		err := o.client.Do(o.ctx, o.cmds[rng.IntN(len(o.cmds))]).Error()
+		d := time.Since(t0)
+		o.mu.Lock()
+		if err != nil && !rediserr.IsNil(err) {
+			if o.ctx.Err() == nil {
+				o.errs++
 			}
-			o.mu.Unlock()
-			// About a millisecond (the runtime's timer granularity):
-			// a light load that samples every stall longer than that.
-			time.Sleep(500 * time.Microsecond)
+		} else {
+			o.lat = append(o.lat, d)
 		}
-	}()
-	return o, nil
+		o.mu.Unlock()
+		// About a millisecond (the runtime's timer granularity):
+		// a light load that samples every stall longer than that.
+		time.Sleep(500 * time.Microsecond)
+	}
 }
 
 // stop ends the observer and returns its GETs' latencies and how many
