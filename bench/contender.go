@@ -64,7 +64,7 @@ var Contenders = []Factory{
 	slotlockFactory("slotlock", false, false,
 		"one Locker shared by the workers (default options): to lock, one bare SET NX PX per key up to 256 keys (one script call per node above that, or when a key is held), to release one script call per node; each in one pipelined round trip to all nodes"),
 	slotlockFactory("slotlock-multi", false, true,
-		"one Locker per worker over one shared client, as separate processes would have: no in-process queue between workers"),
+		"one Locker per worker over one shared client, in one process: no in-process queue between workers (the separate-process cells are below)"),
 	slotlockFactory("slotlock-perslot", true, false,
 		"Options{PerSlot: true}: one script call per slot instead of per node (the lock of up to 256 free keys is bare SET NX, as for slotlock), still one pipelined round trip"),
 	setnxFactory,
