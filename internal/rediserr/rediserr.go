@@ -29,11 +29,23 @@ var (
 	ErrStaleTopology = errors.New("slotlock: topology changed")
 )
 
+// reply returns the error reply inside err, which may wrap it (rueidis's
+// own IsRedisErr is a type assertion: a reply wrapped with %w read as a
+// lost one, and a tracking connection refused by an ACL was retried
+// forever). The nil reply is not an error reply.
+func reply(err error) (*rueidis.RedisError, bool) {
+	var re *rueidis.RedisError
+	if !errors.As(err, &re) || rueidis.IsRedisNil(re) {
+		return nil, false
+	}
+	return re, true
+}
+
 // Kind returns ErrRedis, ErrUnknownOutcome or ErrStaleTopology for the
 // non-nil error of one command. A nil reply (rueidis.Nil) is a reply, not a
 // lost one: callers that accept nil replies test IsNil first.
 func Kind(err error) error {
-	if _, isRedis := rueidis.IsRedisErr(err); !isRedis {
+	if _, isRedis := reply(err); !isRedis {
 		return ErrUnknownOutcome
 	}
 	if IsStale(err) {
@@ -44,26 +56,26 @@ func Kind(err error) error {
 
 // Lost reports whether err is neither nil, nor an error reply, nor a nil
 // reply: the connection failed or the context ended before the reply came.
-// (rueidis.IsRedisErr(rueidis.Nil) is false, so "not a Redis error" alone
+// (the nil reply is not an error reply, so "not a Redis error" alone
 // would count a nil reply as lost.)
 func Lost(err error) bool {
-	if err == nil || rueidis.IsRedisNil(err) {
+	if err == nil || IsNil(err) {
 		return false
 	}
-	_, isRedis := rueidis.IsRedisErr(err)
+	_, isRedis := reply(err)
 	return !isRedis
 }
 
 // IsErrorReply reports whether err is an error reply of the server (not a
 // nil reply, not a lost one): the command was refused or failed there.
 func IsErrorReply(err error) bool {
-	_, ok := rueidis.IsRedisErr(err)
+	_, ok := reply(err)
 	return ok
 }
 
 // IsNil reports whether err is the nil reply (GET of a missing key, SET NX
 // of an existing one).
-func IsNil(err error) bool { return rueidis.IsRedisNil(err) }
+func IsNil(err error) bool { return errors.Is(err, rueidis.Nil) }
 
 // IsStale reports whether an error reply says the slot map used to route a
 // command no longer matches the cluster: the keys live elsewhere now, or a
@@ -72,7 +84,7 @@ func IsStale(err error) bool {
 	if err == nil {
 		return false
 	}
-	if re, ok := rueidis.IsRedisErr(err); ok {
+	if re, ok := reply(err); ok {
 		if _, moved := re.IsMoved(); moved {
 			return true
 		}
@@ -99,7 +111,7 @@ func IsStale(err error) bool {
 // IsNoScript reports a NOSCRIPT reply: the node's script cache does not
 // have the script (a restart, a freshly promoted replica); EVAL will do.
 func IsNoScript(err error) bool {
-	re, ok := rueidis.IsRedisErr(err)
+	re, ok := reply(err)
 	return ok && re.IsNoScript()
 }
 
@@ -107,7 +119,7 @@ func IsNoScript(err error) bool {
 // at all: an ACL without @scripting (NOPERM), or a server or proxy that
 // does not know EVAL/EVALSHA. A refused script wrote nothing.
 func ScriptsDenied(err error) bool {
-	if _, ok := rueidis.IsRedisErr(err); !ok {
+	if _, ok := reply(err); !ok {
 		return false
 	}
 	msg := err.Error()
@@ -119,7 +131,7 @@ func ScriptsDenied(err error) bool {
 // Redis 7 answers "Unexpected flag in script shebang" to a flag it does not
 // know, and proxies that parse scripts say "shebang" too. Nothing ran.
 func FlagRefused(err error) bool {
-	_, ok := rueidis.IsRedisErr(err)
+	_, ok := reply(err)
 	return ok && strings.Contains(err.Error(), "shebang")
 }
 
@@ -128,7 +140,7 @@ func FlagRefused(err error) bool {
 // unknown command, a syntax error for an option it does not know (SET ...
 // IFEQ before Valkey 8.1 and Redis 8.4). Nothing ran.
 func CommandRefused(err error) bool {
-	re, ok := rueidis.IsRedisErr(err)
+	re, ok := reply(err)
 	if !ok {
 		return false
 	}

@@ -29,4 +29,10 @@ func TestKind(t *testing.T) {
 	if Lost(nil) || Lost(rueidis.Nil) || !Lost(context.Canceled) {
 		t.Error("Lost: nil and the nil reply are replies; a cancelled call is lost")
 	}
+	// A wrapped reply is still a reply (a wrapped error reply is checked
+	// against the server in tracking.TestTrackerRefusedByACL).
+	wrapped := fmt.Errorf("get: %w", rueidis.Nil)
+	if !IsNil(wrapped) || Lost(wrapped) || IsErrorReply(wrapped) {
+		t.Error("a wrapped nil reply: IsNil, not lost, not an error reply")
+	}
 }

@@ -294,11 +294,10 @@ func (n *node) connect() error {
 }
 
 // refusal reports whether err is the server refusing tracking for good (an
-// unknown command, an ACL) rather than a passing state.
-func refusal(err error) bool {
-	re, ok := rueidis.IsRedisErr(err)
-	return ok && !re.IsLoading() && !re.IsClusterDown() && !re.IsTryAgain() && !rediserr.IsStale(err)
-}
+// ACL without CLIENT, a server or proxy without the command) rather than a
+// passing state (BUSY, LOADING, a failover): only a refusal turns tracking
+// off for the Locker's life; anything else is retried with backoff.
+func refusal(err error) bool { return rediserr.CommandRefused(err) }
 
 // closeConn closes the connection (rueidis reports that as one more nil
 // invalidation, of a generation that is then stale).
