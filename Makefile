@@ -20,8 +20,12 @@ ensure-redis:
 vet:
 	$(GO) vet $(PKGS)
 
+# The bench module's own tests (its contenders prove their holds, the
+# observer, the cross-process check, -addrs mode) run with the library's:
+# they are not reached by ./... from here.
 test: ensure-redis vet
 	$(GO) test $(TEST_FLAGS) $(PKGS)
+	cd bench && $(GO) vet ./... && $(GO) test $(TEST_FLAGS) ./...
 
 test-docker:
 	SLOTLOCK_CLUSTER=docker $(MAKE) test

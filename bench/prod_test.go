@@ -6,8 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/slotlock/slotlock/bench/latency"
 )
@@ -69,6 +72,7 @@ func TestObserver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	o.start()
 	time.Sleep(100 * time.Millisecond)
 	d, n, errs := o.stop()
 	if n == 0 || errs > 0 || d.Max <= 0 {
@@ -147,6 +151,10 @@ func TestAttach(t *testing.T) {
 	if _, err := Attach(ctx, base.Seeds(), "bad{prefix}"); err == nil {
 		t.Fatal("Attach accepted a prefix with braces")
 	}
+	// Every key the contenders write, as the masters report it: under the
+	// prefix, and some at all (a SCAN after the runs, which release their
+	// keys, could find nothing and pass).
+	written := watchWrites(t, env.masters)
 	for _, f := range Contenders {
 		cell := Cell{Contender: f.Name, K: 10, W: 2}
 		run, err := env.NewRun(ctx, cell)
@@ -156,20 +164,23 @@ func TestAttach(t *testing.T) {
 		if err := run.Verify(ctx, 2); err != nil {
 			t.Fatal(err)
 		}
-		// Mid-run, before any cleanup: what is in the cluster now was
-		// written by the contenders (and their libraries' own keys).
-		for _, m := range env.masters {
-			entry, err := m.client.Do(ctx, m.client.B().Scan().Cursor(0).Count(10000).Build()).AsScanEntry()
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, k := range entry.Elements {
-				if !strings.HasPrefix(k, prefix) {
-					t.Errorf("%s wrote %q on %s, outside the prefix %q", f.Name, k, m.addr, prefix)
-				}
+		run.Close()
+		// Notifications are pushed after the commands' replies: wait for
+		// the first (anything later counts for the next contender, and is
+		// checked all the same).
+		var keys []string
+		for deadline := time.Now().Add(5 * time.Second); len(keys) == 0 && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+			keys = written()
+		}
+		if len(keys) == 0 {
+			t.Fatalf("%s: no write seen on any master", f.Name)
+		}
+		for _, k := range keys {
+			if !strings.HasPrefix(k, prefix) {
+				t.Errorf("%s wrote %q, outside the prefix %q", f.Name, k, prefix)
 			}
 		}
-		run.Close()
 	}
 	if _, err := env.Cleanup(ctx); err != nil {
 		t.Fatal(err)
@@ -178,5 +189,64 @@ func TestAttach(t *testing.T) {
 		if k, err := firstKey(ctx, m, prefix); err != nil || k != "" {
 			t.Fatalf("after Cleanup %s still holds %q (%v)", m.addr, k, err)
 		}
+	}
+}
+
+// watchWrites turns on keyspace notifications on every master and
+// subscribes to them; the function it returns gives the keys written (or
+// expired, or deleted) since its last call. The masters' settings are put
+// back at the end of the test.
+func watchWrites(t *testing.T, masters []node) func() []string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	var keys []string
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	for _, m := range masters {
+		old, err := m.client.Do(ctx, m.client.B().ConfigGet().Parameter("notify-keyspace-events").Build()).AsStrMap()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = m.client.Do(context.Background(), m.client.B().ConfigSet().ParameterValue().ParameterValue("notify-keyspace-events", old["notify-keyspace-events"]).Build()).Error()
+		})
+		if err := m.client.Do(ctx, m.client.B().ConfigSet().ParameterValue().ParameterValue("notify-keyspace-events", "KA").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		before, err := m.client.Do(ctx, m.client.B().PubsubNumpat().Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = m.client.Receive(ctx, m.client.B().Psubscribe().Pattern("__keyspace@0__:*").Build(), func(msg rueidis.PubSubMessage) {
+				mu.Lock()
+				keys = append(keys, strings.TrimPrefix(msg.Channel, "__keyspace@0__:"))
+				mu.Unlock()
+			})
+		}()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			n, err := m.client.Do(ctx, m.client.B().PubsubNumpat().Build()).AsInt64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n > before {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("PSUBSCRIBE on %s not in place after 10 s", m.addr)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		out := keys
+		keys = nil
+		return out
 	}
 }
