@@ -24,3 +24,6 @@ func (l *Locker) LossStats() tracking.Stats {
 	}
 	return l.track.Stats()
 }
+
+// ShortID is the short form Inspect shows for a token.
+func ShortID(token string) string { return shortID(token) }

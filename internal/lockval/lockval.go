@@ -23,6 +23,7 @@
 package lockval
 
 import (
+	"strconv"
 	"strings"
 	"time"
 )
@@ -73,3 +74,42 @@ func Marked(v string) bool { return strings.HasSuffix(v, Mark) }
 func OfPlain(v, token string) bool {
 	return len(v) >= len(token) && v[:len(token)] == token && (len(v) == len(token) || v[len(token):] == Mark)
 }
+
+// Value is a lock value taken apart, for readers that show it (Inspect)
+// rather than compare it with their own token.
+type Value struct {
+	// Holder is the holder part of a held value ("" for a reservation).
+	Holder string
+	// Fence is the fencing token of the grant, 0 when it has none.
+	Fence int64
+	// Waiter is the waiter a reserved value names ("" for a held value).
+	Waiter string
+	// Marked: a waiter marked the value (Marked).
+	Marked bool
+}
+
+// Parse takes v apart (holder_of, fence_of and reserved_for in
+// common.lua).
+func Parse(v string) Value {
+	out := Value{Marked: Marked(v)}
+	if w, ok := ReservedFor(v); ok {
+		out.Waiter = w
+		return out
+	}
+	out.Holder = Holder(v)
+	if d := strings.IndexByte(v, '.'); d >= 0 {
+		// fence_of reads a malformed fence as 0: so does this.
+		out.Fence, _ = strconv.ParseInt(strings.TrimSuffix(v[d+1:], Mark), 10, 64)
+	}
+	return out
+}
+
+// QueueJoined converts a score of a key's arrival queue (P{T}#q:K, written
+// by enqueue in common.lua as the server's TIME: seconds followed by six
+// digits of microseconds) to the moment the waiter first joined.
+func QueueJoined(score float64) time.Time { return time.UnixMicro(int64(score)) }
+
+// QueueDeadline converts a score of a key's deadline queue (P{T}#qd:K,
+// server milliseconds) to the moment the waiter leaves the line unless it
+// joins again.
+func QueueDeadline(score float64) time.Time { return time.UnixMilli(int64(score)) }

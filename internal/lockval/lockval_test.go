@@ -1,6 +1,9 @@
 package lockval
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestParse(t *testing.T) {
 	cases := []struct {
@@ -48,5 +51,33 @@ func TestReservedFor(t *testing.T) {
 		if ok && (Holder(c.v) == c.waiter || OfPlain(c.v, c.waiter)) {
 			t.Errorf("%q reads as held by its waiter", c.v)
 		}
+	}
+}
+
+func TestParseValue(t *testing.T) {
+	for v, want := range map[string]Value{
+		"tok":     {Holder: "tok"},
+		"tok!":    {Holder: "tok", Marked: true},
+		"tok.42":  {Holder: "tok", Fence: 42},
+		"tok.42!": {Holder: "tok", Fence: 42, Marked: true},
+		"^w":      {Waiter: "w"},
+		"^w!":     {Waiter: "w", Marked: true},
+		"tok.x":   {Holder: "tok"}, // fence_of: a malformed fence is 0
+		"":        {},
+	} {
+		if got := Parse(v); got != want {
+			t.Errorf("Parse(%q) = %+v, want %+v", v, got, want)
+		}
+	}
+}
+
+func TestQueueScores(t *testing.T) {
+	// enqueue writes TIME's seconds then %06d microseconds: 1764000000
+	// s and 123456 us.
+	if got := QueueJoined(1764000000123456); !got.Equal(time.Unix(1764000000, 123456000)) {
+		t.Errorf("QueueJoined = %v", got)
+	}
+	if got := QueueDeadline(1764000003123); !got.Equal(time.Unix(1764000003, 123000000)) {
+		t.Errorf("QueueDeadline = %v", got)
 	}
 }

@@ -1,0 +1,212 @@
+package slotlock
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/slotlock/slotlock/internal/lockval"
+	"github.com/slotlock/slotlock/internal/rediserr"
+	"github.com/slotlock/slotlock/slot"
+)
+
+// KeyInfo is what Inspect found at one key: who holds its lock, until
+// when, and who waits for it.
+type KeyInfo struct {
+	Key     string // the user key
+	LockKey string // the Redis key slotlock keeps for it
+	Slot    uint16
+	Node    string // the master that owns Slot, as the slot map says
+	// Held: a lease holds the key. Reserved: a release handed the key to
+	// the waiter ReservedFor, whose next attempt takes it; nobody else
+	// can. A key is free when neither is true.
+	Held     bool
+	Reserved bool
+	// Holder is a short, non-secret form of the holder written into the
+	// key: Lease.ID of a plain lease, Locker.OwnerID of the owner of
+	// reentrant holds. It is a hash prefix: it names a holder but cannot
+	// release or extend anything.
+	Holder string
+	// Holds is the number of leases holding the key: the size of its hold
+	// set for reentrant holds, else 1 while it is held.
+	Holds int
+	// Reentrant: the holder is an owner (WithOwner), Holds counts its
+	// leases.
+	Reentrant bool
+	// TTL is the lock's remaining life (held or reserved); -1 if it has no
+	// expiry (written by hand: slotlock never writes one), 0 when free.
+	TTL time.Duration
+	// Fence is the fencing token of the grant, 0 without fencing.
+	Fence int64
+	// ReservedFor is the short form (Lease.ID) of the waiter a reserved
+	// key is handed to.
+	ReservedFor string
+	// Marked: a waiter marked the key, so its release hands it to the
+	// oldest waiter in line (or wakes the waiters).
+	Marked bool
+	// Waiters is the key's line in Redis (waiters of other processes and
+	// of this one; docs/design.md, "Waiting in line across processes"),
+	// oldest first, at most MaxInspectWaiters of them; WaitersTotal
+	// counts them all.
+	Waiters      []Waiter
+	WaitersTotal int
+	// Err is the failure of the reads of this key (an unreachable node, a
+	// lock key of another type); the other fields are then zero but Key,
+	// LockKey, Slot and Node.
+	Err error
+}
+
+// Waiter is one acquisition in a key's line.
+type Waiter struct {
+	ID       string    // Lease.ID of the waiting acquisition
+	Joined   time.Time // server time of its first join
+	Deadline time.Time // server time at which it leaves the line unless it joins again
+}
+
+// MaxInspectWaiters bounds the waiters Inspect lists per key.
+const MaxInspectWaiters = 100
+
+// shortID is the short, non-secret form of a token that Inspect shows:
+// the first 48 bits of its SHA-256, in hex. A token is 128 random bits
+// (or an HMAC of that size); the prefix of a hash of it tells holders
+// apart in a listing and gives nothing towards the token.
+func shortID(token string) string {
+	h := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(h[:6])
+}
+
+// ID returns a short, non-secret name of the lease: what Inspect shows as
+// the holder of its keys (without an owner) and as a waiter. Log it to
+// find a lease in an inspection; unlike Token it cannot release anything.
+func (le *Lease) ID() string { return shortID(le.token) }
+
+// OwnerID returns the short, non-secret name Inspect shows as the holder
+// of keys that owner id (WithOwner) holds through this Locker.
+func (l *Locker) OwnerID(id string) string { return shortID(l.ownerToken(id)) }
+
+// inspectReads is the number of commands Inspect sends per key.
+const inspectReads = 6
+
+// Inspect reports, per key and in the order given, the state of its lock
+// in Redis: holder, remaining life, holds, fencing token, reservation and
+// line. It only reads: one pipeline per node, all nodes in parallel
+// (after the slot map is read, once per Locker). The reads of one key are
+// not a transaction: a key that changes while they run may show, say,
+// the new holder with the old TTL.
+//
+// A failed read does not stop the others: that key's KeyInfo.Err says
+// why, and the returned error joins every such failure (a *NodeError
+// naming the node).
+func (l *Locker) Inspect(ctx context.Context, keys ...string) ([]KeyInfo, error) {
+	if err := l.validate(ctx, keys); err != nil {
+		return nil, withPrefix("inspect", err)
+	}
+	m, err := l.topo.Current(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("slotlock: inspect: slot map: %w", err)
+	}
+	out := make([]KeyInfo, len(keys))
+	cmds := make(rueidis.Commands, 0, inspectReads*len(keys))
+	b := l.client.B()
+	for i, k := range keys {
+		s := slot.KeySlot(k)
+		lock := l.names.LockKeyInSlot(k, s)
+		q, qd := l.names.QueueKeysInSlot(k, s)
+		out[i] = KeyInfo{Key: k, LockKey: lock, Slot: s}
+		if o := m.Owner(s); o >= 0 {
+			out[i].Node = m.Addrs[o]
+		}
+		last := fmt.Sprint(MaxInspectWaiters - 1)
+		cmds = append(cmds,
+			b.Get().Key(lock).Build(),
+			b.Pttl().Key(lock).Build(),
+			b.Hlen().Key(l.names.HoldCountKeyInSlot(k, s)).Build(),
+			b.Zcard().Key(q).Build(),
+			b.Zrange().Key(q).Min("0").Max(last).Withscores().Build(),
+			b.Zrange().Key(qd).Min("0").Max("-1").Withscores().Build(),
+		)
+	}
+	res := l.client.DoMulti(ctx, cmds...)
+	var errs []error
+	for i := range out {
+		if err := out[i].read(res[inspectReads*i : inspectReads*(i+1)]); err != nil {
+			// Classified by the reply itself, named by the key.
+			out[i].Err = &NodeError{Node: out[i].Node, Op: "inspect", Keys: 1,
+				Kind: rediserr.Kind(err), Err: fmt.Errorf("key %q: %w", out[i].Key, err)}
+			errs = append(errs, out[i].Err)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// read fills k from its six replies (the order Inspect sends them in).
+func (k *KeyInfo) read(r []rueidis.RedisResult) error {
+	for _, x := range r {
+		if err := x.Error(); err != nil && !rediserr.IsNil(err) {
+			return err
+		}
+	}
+	v, err := r[0].ToString()
+	switch {
+	case rediserr.IsNil(err):
+		// free: no holder, no reservation (the line may outlive the
+		// key for a moment)
+	case err != nil:
+		return err
+	default:
+		p := lockval.Parse(v)
+		k.Marked = p.Marked
+		if p.Waiter != "" {
+			k.Reserved, k.ReservedFor = true, shortID(p.Waiter)
+		} else {
+			k.Held, k.Holder, k.Fence = true, shortID(p.Holder), p.Fence
+		}
+		ttl, err := r[1].AsInt64()
+		if err != nil {
+			return err
+		}
+		switch {
+		case ttl >= 0:
+			k.TTL = time.Duration(ttl) * time.Millisecond
+		case ttl == -1:
+			k.TTL = -1
+		}
+	}
+	holds, err := r[2].AsInt64()
+	if err != nil {
+		return err
+	}
+	if k.Held {
+		k.Holds, k.Reentrant = max(int(holds), 1), holds > 0
+	}
+	total, err := r[3].AsInt64()
+	if err != nil {
+		return err
+	}
+	k.WaitersTotal = int(total)
+	line, err := r[4].AsZScores()
+	if err != nil {
+		return err
+	}
+	deadlines, err := r[5].AsZScores()
+	if err != nil {
+		return err
+	}
+	until := make(map[string]float64, len(deadlines))
+	for _, d := range deadlines {
+		until[d.Member] = d.Score
+	}
+	for _, w := range line {
+		x := Waiter{ID: shortID(w.Member), Joined: lockval.QueueJoined(w.Score)}
+		if d, ok := until[w.Member]; ok {
+			x.Deadline = lockval.QueueDeadline(d)
+		}
+		k.Waiters = append(k.Waiters, x)
+	}
+	return nil
+}
