@@ -32,6 +32,11 @@ type Lease struct {
 	renew  bool
 	eng    engine // the strategy that took the keys releases them
 	req    protocol.Request
+	// For an Observer only (observe.go): what the acquisition did, with
+	// which strategy, and since when the lease holds its keys.
+	stats     protocol.Stats
+	strategy  Strategy
+	grantedAt time.Time
 
 	mu       sync.Mutex
 	deadline time.Time
@@ -73,6 +78,7 @@ func (le *Lease) granted(g protocol.Grant) {
 	le.mu.Lock()
 	defer le.mu.Unlock()
 	le.deadline = g.Deadline
+	le.grantedAt = g.Deadline.Add(-le.req.TTL)
 	le.fences = g.Fences
 	le.warning = g.Warning
 	le.holder.SetDeadline(g.Deadline)
@@ -195,6 +201,10 @@ func (le *Lease) end(cause error) bool {
 	fns := le.onEnd
 	le.onEnd = nil
 	le.mu.Unlock()
+	if le.l.obs != nil || le.l.log != nil {
+		// Before Done closes: whoever waits on it finds the end counted.
+		le.report(cause) // observe.go
+	}
 	close(le.done)
 	for _, fn := range fns {
 		fn(cause)
@@ -283,6 +293,20 @@ func (le *Lease) Release(ctx context.Context) error {
 	if released {
 		return nil
 	}
+	if le.l.obs == nil {
+		return le.release(ctx)
+	}
+	start := time.Now()
+	err := le.release(ctx)
+	end := time.Now()
+	le.l.obs.Released(ReleaseEvent{Ctx: ctx, Lease: le, KeyCount: le.set.Len(), Nodes: le.l.nodesOf(le.set),
+		Start: start, Latency: end.Sub(start), Held: le.heldFor(end), Outcome: outcomeOf(err, OutcomeReleased), Err: err})
+	return err
+}
+
+// release is Release once it is known the lease was not released yet.
+func (le *Lease) release(ctx context.Context) error {
+	var released bool
 	le.forgetLoss() // lost.go: our own DELs are not a loss
 	r := le.eng.Release(ctx, le.set, nil, le.who)
 	lost, err := r.Lost, public(r.Err)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -35,7 +36,8 @@ type Locker struct {
 	// strategy is the Strategy new leases use: StrategyLua or
 	// StrategyPipeline (Auto starts as Lua).
 	strategy atomic.Uint32
-	log      *slog.Logger
+	log      *slog.Logger  // nil: silent
+	obs      Observer      // nil: none
 	local    *localq.Table // nil with Options.NoLocalQueue
 	dog      *watchdog
 	secret   [32]byte // keys owner tokens (WithOwner)
@@ -68,9 +70,7 @@ func New(client rueidis.Client, opt Options) (*Locker, error) {
 		lua:    batch.New(client, topo, batch.Options{PerSlot: opt.PerSlot}),
 		pipe:   pipeline.New(client, topo),
 		log:    opt.Logger,
-	}
-	if l.log == nil {
-		l.log = slog.Default()
+		obs:    opt.Observer,
 	}
 	l.strategy.Store(uint32(StrategyLua))
 	if opt.Strategy == StrategyPipeline {
@@ -169,6 +169,20 @@ func (l *Locker) validate(ctx context.Context, keys []string) error {
 }
 
 func (l *Locker) acquire(ctx context.Context, keys []string, wait bool) (*Lease, error) {
+	if l.obs != nil {
+		return l.observedAcquire(ctx, keys, wait) // observe.go
+	}
+	le, err := l.take(ctx, keys, wait, false)
+	if err != nil {
+		return nil, err
+	}
+	return le, nil
+}
+
+// take is one Lock (wait) or TryLock. On failure it returns the lease it
+// made, if it made one, for the observer's counts (with count, in
+// le.stats): it holds nothing.
+func (l *Locker) take(ctx context.Context, keys []string, wait, count bool) (*Lease, error) {
 	if err := l.validate(ctx, keys); err != nil {
 		return nil, err
 	}
@@ -181,11 +195,19 @@ func (l *Locker) acquire(ctx context.Context, keys []string, wait bool) (*Lease,
 		// The in-process table is keyed by lock key: one per user key
 		// under this Locker's prefix, and already named by the Set.
 		if wait {
-			if err := l.local.Acquire(ctx, le.set.Lock, le.holder); err != nil {
-				return nil, err
+			var w0 time.Time
+			if count {
+				w0 = time.Now()
+			}
+			err := l.local.Acquire(ctx, le.set.Lock, le.holder)
+			if count {
+				le.stats.Waited += time.Since(w0)
+			}
+			if err != nil {
+				return le, err
 			}
 		} else if cs := l.local.TryAcquire(le.set.Lock, le.holder); cs != nil {
-			return nil, localConflict(le.set, cs)
+			return le, localConflict(le.set, cs)
 		}
 	}
 	req := &le.req // kept in the lease: one allocation fewer per lock
@@ -198,10 +220,14 @@ func (l *Locker) acquire(ctx context.Context, keys []string, wait bool) (*Lease,
 		WarnOnReplicas: l.opt.WarnOnReplicas,
 		CleanupTimeout: l.opt.CleanupTimeout,
 	}
+	if count {
+		req.Stats = &le.stats
+	}
 	var g protocol.Grant
 	for {
 		var s Strategy
 		le.eng, s = l.current()
+		le.strategy = s
 		if s == StrategyPipeline {
 			if err = pipelineSupports(req); err != nil {
 				break
@@ -221,12 +247,17 @@ func (l *Locker) acquire(ctx context.Context, keys []string, wait bool) (*Lease,
 		if l.local != nil {
 			l.local.Release(le.set.Lock, le.holder)
 		}
+		if rb := protocol.RollbackFailed(err); rb != nil && l.log != nil {
+			l.log.Warn("slotlock: a rollback could not reach a node; its keys stay locked until their TTL",
+				"prefix", l.names.Prefix(), "keys", le.set.Len(), "ttl", l.opt.TTL, "cause", rb)
+		}
 		err = withPrefix("lock", public(err))
 		if l.afterFailure != nil {
 			l.afterFailure(token, err)
 		}
-		return nil, err
+		return le, err
 	}
+	req.Stats = nil // le.stats stays readable; nothing counts into it any more
 	le.granted(g)
 	l.dog.add(le)
 	l.watchLoss(le) // lost.go

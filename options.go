@@ -76,9 +76,15 @@ type Options struct {
 	// scripts with a switch to pipelines when the server refuses them
 	// (Auto, the default).
 	Strategy Strategy
-	// Logger receives the rare events worth a line (the Auto strategy
-	// switching). Nil means slog.Default().
+	// Logger receives one line per state change worth an operator's
+	// attention, never one per lock: a lease lost, the Auto strategy
+	// switching to pipelines, a rollback that could not reach a node
+	// (its keys stay locked until their TTL). Nil means silent.
 	Logger *slog.Logger
+	// Observer sees every acquisition, release, renewal round and lease
+	// end, for metrics and traces (package slotlockotel implements it
+	// with OpenTelemetry). Nil, the default, costs nothing.
+	Observer Observer
 	// NoLocalQueue turns off the in-process queue: goroutines of this
 	// Locker that want the same keys then meet in Redis instead of
 	// waiting in line in memory.

@@ -68,7 +68,7 @@ func (l *Locker) fallBack(cause error) bool {
 	if l.opt.Strategy != StrategyAuto {
 		return false
 	}
-	if l.strategy.CompareAndSwap(uint32(StrategyLua), uint32(StrategyPipeline)) {
+	if l.strategy.CompareAndSwap(uint32(StrategyLua), uint32(StrategyPipeline)) && l.log != nil {
 		l.log.Warn("slotlock: the server refuses scripts; switching to the pipeline strategy",
 			"prefix", l.names.Prefix(), "cause", cause)
 	}

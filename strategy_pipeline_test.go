@@ -73,10 +73,12 @@ func keyPerMaster(t testing.TB, ctx context.Context, c *redistest.Cluster, keys 
 	return out
 }
 
-// logCounter is a slog handler that keeps the messages it receives.
+// logCounter is a slog handler that keeps the messages it receives and
+// their attributes (as text).
 type logCounter struct {
 	mu   sync.Mutex
 	msgs []string
+	recs []map[string]string
 }
 
 func (h *logCounter) Enabled(context.Context, slog.Level) bool { return true }
@@ -84,7 +86,17 @@ func (h *logCounter) Handle(_ context.Context, r slog.Record) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.msgs = append(h.msgs, r.Message)
+	a := map[string]string{}
+	r.Attrs(func(x slog.Attr) bool { a[x.Key] = x.Value.String(); return true })
+	h.recs = append(h.recs, a)
 	return nil
+}
+
+// attrs returns the attributes of the i-th record.
+func (h *logCounter) attrs(i int) map[string]string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.recs[i]
 }
 func (h *logCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *logCounter) WithGroup(string) slog.Handler      { return h }

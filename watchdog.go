@@ -147,19 +147,33 @@ func (w *watchdog) renewBatch(eng engine, renew []*Lease) (failed bool) {
 	defer cancel()
 	t0 := time.Now()
 	res := eng.ExtendMany(ctx, jobs)
+	var ev RenewEvent
+	if w.l.obs != nil {
+		ev = RenewEvent{Leases: len(renew), Latency: time.Since(t0)}
+	}
 	for i, le := range renew {
 		r := res[i]
+		ev.Keys += le.set.Len()
 		switch {
 		case len(r.Lost) > 0:
+			ev.Lost++
 			le.lose(r.Lost)
 		case r.Err == nil:
+			ev.Renewed++
 			le.renewed(t0.Add(jobs[i].TTL))
 		default:
 			failed = true
+			ev.Failed++
+			if ev.Err == nil {
+				ev.Err = public(r.Err)
+			}
 			if !time.Now().Before(le.Deadline()) {
 				le.expire()
 			}
 		}
+	}
+	if w.l.obs != nil {
+		w.l.obs.Renewed(ev)
 	}
 	return failed
 }

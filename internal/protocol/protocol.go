@@ -230,6 +230,9 @@ func (q *acquisition) release(ctx context.Context, idx []int) error {
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), q.r.CleanupTimeout)
 	defer cancel()
+	if q.r.Stats != nil {
+		q.r.Stats.Rollbacks++ // the trim runs alone: Lock waits for it before the next attempt
+	}
 	res := q.s.Release(rctx, q.set, idx, q.r.Who)
 	for _, i := range idx {
 		if slices.Contains(res.Failed, i) {
@@ -246,7 +249,24 @@ func (q *acquisition) release(ctx context.Context, idx []int) error {
 // rollback releases every touched key.
 func (q *acquisition) rollback(ctx context.Context) error {
 	if err := q.release(ctx, q.touchedAbove(-1)); err != nil {
-		return &Wrapped{Msg: "rollback (keys expire by their TTL)", Err: err}
+		return &Wrapped{Msg: rollbackMsg, Err: err}
+	}
+	return nil
+}
+
+// rollbackMsg marks the error of a rollback that did not answer for every
+// key (RollbackFailed).
+const rollbackMsg = "rollback (keys expire by their TTL)"
+
+// RollbackFailed returns the error of the rollback in err, an
+// acquisition's error, when the rollback could not settle every key (a
+// node it could not reach): those keys stay until their TTL.
+func RollbackFailed(err error) error {
+	var w *Wrapped
+	for e := err; errors.As(e, &w); e = w.Err {
+		if w.Msg == rollbackMsg {
+			return w.Err
+		}
 	}
 	return nil
 }
@@ -266,6 +286,7 @@ func TryLock(ctx context.Context, s Strategy, set *Set, r *Request) (Grant, erro
 	for round := 0; ; round++ {
 		t0 := time.Now()
 		a := s.Attempt(ctx, set, 0, r, AttemptOptions{Mode: AllOrNothing, First: round == 0})
+		r.Stats.attempt(&a)
 		q.record(&a, 0, t0)
 		var err error
 		if a.FirstFailure(0) == set.Len() {
@@ -286,7 +307,10 @@ func TryLock(ctx context.Context, s Strategy, set *Set, r *Request) (Grant, erro
 		if (failure == nil || Transient(failure)) && rbErr == nil && round < maxTopologyRetries {
 			// A moved slot, a lost reply, or a key lost between the
 			// attempt and its renewal: not a conflict; again, shortly.
-			if err := SleepCtx(ctx, Backoff(round)); err != nil {
+			w0 := r.Stats.now()
+			err := SleepCtx(ctx, Backoff(round))
+			r.Stats.waited(w0)
+			if err != nil {
 				return Grant{}, err
 			}
 			continue
@@ -320,6 +344,7 @@ func Lock(ctx context.Context, s Strategy, set *Set, r *Request) (Grant, error) 
 		}
 		t0 := time.Now()
 		a := s.Attempt(ctx, set, from, r, AttemptOptions{Mode: Prefix, First: first})
+		r.Stats.attempt(&a)
 		q.record(&a, from, t0)
 		f := a.FirstFailure(from)
 		failure := a.Err
@@ -356,6 +381,7 @@ func Lock(ctx context.Context, s Strategy, set *Set, r *Request) (Grant, error) 
 			limit = max(r.TTL/3, time.Millisecond)
 		}
 		var werr error
+		w0 := r.Stats.now()
 		if c, ok := conflictAt(a.Conflicts, f); ok {
 			if f != lastWait {
 				waits, lastWait = 0, f
@@ -366,11 +392,35 @@ func Lock(ctx context.Context, s Strategy, set *Set, r *Request) (Grant, error) 
 			// strategy refreshed its slot map; try again shortly.
 			werr = SleepCtx(ctx, min(Backoff(waits), limit))
 		}
+		r.Stats.waited(w0)
 		waits++
 		<-trimmed
 		if werr != nil {
 			return q.giveUp(ctx, werr)
 		}
+	}
+}
+
+// attempt counts attempt a; on a nil Stats it does nothing.
+func (st *Stats) attempt(a *Attempt) {
+	if st != nil {
+		st.Attempts++
+		st.Conflicts += len(a.Conflicts)
+	}
+}
+
+// now is the start of a wait, read only when counting.
+func (st *Stats) now() time.Time {
+	if st == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+// waited counts the wait that began at w0.
+func (st *Stats) waited(w0 time.Time) {
+	if st != nil {
+		st.Waited += time.Since(w0)
 	}
 }
 

@@ -120,6 +120,17 @@ type Request struct {
 	// runs on a context detached from the caller's (a cancelled caller
 	// must still not leave keys locked).
 	CleanupTimeout time.Duration
+	// Stats, when not nil, counts what the acquisition does (for an
+	// observer); nil costs nothing.
+	Stats *Stats
+}
+
+// Stats counts what one acquisition did.
+type Stats struct {
+	Attempts  int           // attempts sent
+	Conflicts int           // keys found held by others, summed over attempts
+	Rollbacks int           // owner-checked releases of keys taken (trims and rollbacks)
+	Waited    time.Duration // time spent in Wait and in retry pauses
 }
 
 // ExtendJob is one lease of a batched renewal.

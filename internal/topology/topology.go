@@ -52,6 +52,10 @@ func (s *Source) Current(ctx context.Context) (*slot.Map, error) {
 	return s.Refresh(ctx, 0)
 }
 
+// Loaded returns the slot map as last read, nil before the first read;
+// it sends nothing.
+func (s *Source) Loaded() *slot.Map { return s.cur.Load() }
+
 // Generation returns a number that changes whenever the map is replaced;
 // pass it to Refresh so that callers who saw the same stale map refresh once.
 func (s *Source) Generation() uint64 { return s.gen.Load() }
