@@ -9,6 +9,10 @@ TEST_FLAGS  ?= -race -count=1 -timeout 20m
 # staticcheck 2026.2.2: the first release line that understands Go 1.26.
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 STATE       := .cache
+# Modules of their own whose tests and checks run with the library's:
+# slotlockotel (the OpenTelemetry adapter) keeps OpenTelemetry out of the
+# library's go.mod. bench/ has its own targets.
+ADAPTERS    ?= slotlockotel
 
 .PHONY: all test test-docker test-process ensure-redis vet lint bench cluster-up cluster-down
 
@@ -19,6 +23,7 @@ ensure-redis:
 
 vet:
 	$(GO) vet $(PKGS)
+	@for m in $(ADAPTERS); do (cd $$m && $(GO) vet ./...) || exit 1; done
 
 # The bench module's own tests (its contenders prove their holds, the
 # observer, the cross-process check, -addrs mode) run with the library's:
@@ -26,6 +31,7 @@ vet:
 test: ensure-redis vet
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 	cd bench && $(GO) vet ./... && $(GO) test $(TEST_FLAGS) ./...
+	@for m in $(ADAPTERS); do echo "cd $$m && $(GO) test $(TEST_FLAGS) ./..."; (cd $$m && $(GO) test $(TEST_FLAGS) ./...) || exit 1; done
 
 test-docker:
 	SLOTLOCK_CLUSTER=docker $(MAKE) test
@@ -37,6 +43,7 @@ lint:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) run $(STATICCHECK) $(PKGS)
+	@for m in $(ADAPTERS); do (cd $$m && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...) || exit 1; done
 
 # The benchmark suite (bench/, a module of its own so that the peer
 # libraries stay out of go.mod): slotlock against sequential SET NX,
