@@ -30,6 +30,7 @@ vet:
 # they are not reached by ./... from here.
 test: ensure-redis vet
 	$(GO) test $(TEST_FLAGS) $(PKGS)
+	$(GO) test -count=1 -run 'Allocation' .  # alloc_norace_test.go: counts need a build without -race
 	cd bench && $(GO) vet ./... && $(GO) test $(TEST_FLAGS) ./...
 	@for m in $(ADAPTERS); do echo "cd $$m && $(GO) test $(TEST_FLAGS) ./..."; (cd $$m && $(GO) test $(TEST_FLAGS) ./...) || exit 1; done
 
