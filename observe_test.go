@@ -214,4 +214,3 @@ func TestLogLeaseLost(t *testing.T) {
 	require.ErrorIs(t, lease.Release(ctx), slotlock.ErrNotHeld) // log:1 was still held
 	require.Len(t, logs.messages(), 1)
 }
-
