@@ -2,8 +2,6 @@ package slotlock
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -71,14 +69,9 @@ type Waiter struct {
 // MaxInspectWaiters bounds the waiters Inspect lists per key.
 const MaxInspectWaiters = 100
 
-// shortID is the short, non-secret form of a token that Inspect shows:
-// the first 48 bits of its SHA-256, in hex. A token is 128 random bits
-// (or an HMAC of that size); the prefix of a hash of it tells holders
-// apart in a listing and gives nothing towards the token.
-func shortID(token string) string {
-	h := sha256.Sum256([]byte(token))
-	return hex.EncodeToString(h[:6])
-}
+// shortID is the short, non-secret form of a token that Inspect shows
+// (lockval.Short).
+func shortID(token string) string { return lockval.Short(token) }
 
 // ID returns a short, non-secret name of the lease: what Inspect shows as
 // the holder of its keys (without an owner) and as a waiter. Log it to

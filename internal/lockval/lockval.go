@@ -23,6 +23,8 @@
 package lockval
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strconv"
 	"strings"
 	"time"
@@ -113,3 +115,12 @@ func QueueJoined(score float64) time.Time { return time.UnixMicro(int64(score)) 
 // server milliseconds) to the moment the waiter leaves the line unless it
 // joins again.
 func QueueDeadline(score float64) time.Time { return time.UnixMilli(int64(score)) }
+
+// Short is the short, non-secret form of a holder or waiter token that
+// inspections show: the first 48 bits of its SHA-256, in hex. A token is
+// 128 random bits (or an HMAC of that size): a prefix of its hash tells
+// holders apart in a listing and gives nothing towards releasing.
+func Short(token string) string {
+	h := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(h[:6])
+}

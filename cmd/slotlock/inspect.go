@@ -1,0 +1,188 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/slotlock/slotlock"
+	"github.com/slotlock/slotlock/slot"
+)
+
+// keyslotCmd prints slot, owning master and lock key of each key. With
+// --offline it computes slot and lock key without asking the cluster.
+func keyslotCmd(args []string, stdout, stderr io.Writer) int {
+	fs, c := newFlags("keyslot", stderr)
+	offline := fs.Bool("offline", false, "do not connect: slot and lock key only")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	keys := fs.Args()
+	if err := checkKeys(keys); err != nil {
+		return fail(stderr, err)
+	}
+	names, err := slot.NewNamer(c.prefix)
+	if err != nil {
+		return fail(stderr, usagef("--prefix: %v", err))
+	}
+	nodes := make([]string, len(keys))
+	if !*offline {
+		// Inspect reads the slot map and names each key's master.
+		infos, code := inspect(c, keys, stderr)
+		if infos == nil {
+			return code
+		}
+		for i, k := range infos {
+			nodes[i] = k.Node
+		}
+	}
+	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "KEY\tSLOT\tNODE\tLOCK KEY")
+	for i, k := range keys {
+		node := nodes[i]
+		if node == "" {
+			node = "-"
+		}
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", k, slot.KeySlot(k), node, names.LockKey(k))
+	}
+	_ = w.Flush()
+	return exitOK
+}
+
+// inspect runs Locker.Inspect; on failure it prints why and returns nil
+// and the exit code. Keys whose reads failed are reported, and fail the
+// command, after the others are printed (callers print infos first).
+func inspect(c *conn, keys []string, stderr io.Writer) ([]slotlock.KeyInfo, int) {
+	l, closeAll, err := c.locker(slotlock.Options{NoLossTracking: true})
+	if err != nil {
+		return nil, fail(stderr, err)
+	}
+	defer closeAll()
+	ctx, cancel := c.opContext()
+	defer cancel()
+	infos, err := l.Inspect(ctx, keys...)
+	if infos == nil {
+		return nil, fail(stderr, err)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "slotlock: %v\n", err)
+		return infos, exitUnavailable
+	}
+	return infos, exitOK
+}
+
+// jsonKey is one key of inspect --json: durations in milliseconds, times
+// in RFC 3339.
+type jsonKey struct {
+	Key          string       `json:"key"`
+	LockKey      string       `json:"lock_key"`
+	Slot         uint16       `json:"slot"`
+	Node         string       `json:"node"`
+	State        string       `json:"state"` // free, held, reserved, error
+	Holder       string       `json:"holder,omitempty"`
+	Holds        int          `json:"holds,omitempty"`
+	Reentrant    bool         `json:"reentrant,omitempty"`
+	TTLMillis    int64        `json:"ttl_ms"`
+	Fence        int64        `json:"fence,omitempty"`
+	ReservedFor  string       `json:"reserved_for,omitempty"`
+	Marked       bool         `json:"marked,omitempty"`
+	Waiters      []jsonWaiter `json:"waiters"`
+	WaitersTotal int          `json:"waiters_total"`
+	Error        string       `json:"error,omitempty"`
+}
+
+type jsonWaiter struct {
+	ID       string    `json:"id"`
+	Joined   time.Time `json:"joined"`
+	Deadline time.Time `json:"deadline"`
+}
+
+func state(k slotlock.KeyInfo) string {
+	switch {
+	case k.Err != nil:
+		return "error"
+	case k.Held:
+		return "held"
+	case k.Reserved:
+		return "reserved"
+	}
+	return "free"
+}
+
+func ttlMillis(d time.Duration) int64 {
+	if d < 0 {
+		return -1
+	}
+	return d.Milliseconds()
+}
+
+// inspectCmd prints the state of each key's lock, as a table or JSON.
+func inspectCmd(args []string, stdout, stderr io.Writer) int {
+	fs, c := newFlags("inspect", stderr)
+	asJSON := fs.Bool("json", false, "print a JSON array, one object per key")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	keys := fs.Args()
+	if err := checkKeys(keys); err != nil {
+		return fail(stderr, err)
+	}
+	infos, code := inspect(c, keys, stderr)
+	if infos == nil {
+		return code
+	}
+	if *asJSON {
+		out := make([]jsonKey, len(infos))
+		for i, k := range infos {
+			j := jsonKey{Key: k.Key, LockKey: k.LockKey, Slot: k.Slot, Node: k.Node, State: state(k),
+				Holder: k.Holder, Holds: k.Holds, Reentrant: k.Reentrant, TTLMillis: ttlMillis(k.TTL),
+				Fence: k.Fence, ReservedFor: k.ReservedFor, Marked: k.Marked, WaitersTotal: k.WaitersTotal,
+				Waiters: []jsonWaiter{}}
+			for _, w := range k.Waiters {
+				j.Waiters = append(j.Waiters, jsonWaiter(w))
+			}
+			if k.Err != nil {
+				j.Error = k.Err.Error()
+			}
+			out[i] = j
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(out); err != nil {
+			return fail(stderr, err)
+		}
+		return code
+	}
+	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "KEY\tSTATE\tHOLDER\tHOLDS\tTTL\tFENCE\tWAITERS\tNODE\tSLOT")
+	for _, k := range infos {
+		holder, ttl, fence := "-", "-", "-"
+		switch {
+		case k.Held:
+			holder = k.Holder
+		case k.Reserved:
+			holder = "for " + k.ReservedFor
+		}
+		if k.TTL > 0 {
+			ttl = k.TTL.Round(time.Millisecond).String()
+		} else if k.TTL < 0 {
+			ttl = "none"
+		}
+		if k.Fence > 0 {
+			fence = fmt.Sprint(k.Fence)
+		}
+		waiters := fmt.Sprint(k.WaitersTotal)
+		for i, x := range k.Waiters {
+			if i == 3 {
+				waiters += " ..."
+				break
+			}
+			waiters += " " + x.ID
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\n", k.Key, state(k), holder, k.Holds, ttl, fence, waiters, k.Node, k.Slot)
+	}
+	_ = w.Flush()
+	return code
+}

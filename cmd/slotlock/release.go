@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/redis/rueidis"
+
+	"github.com/slotlock/slotlock/internal/lockval"
+	"github.com/slotlock/slotlock/internal/rediserr"
+	"github.com/slotlock/slotlock/slot"
+)
+
+// releaseCmd deletes the locks of keys whoever holds them: the operator's
+// override for a holder that is stuck and will not let go. It shows what
+// it is about to delete (an inspection), asks unless --yes, and says what
+// each deletion removed: GETDEL returns the very value it deleted, which
+// may differ from the inspection if the lock changed hands in between.
+// The holder's lease, if its process lives, finds the loss (its watchdog or
+// loss tracker) and ends.
+func releaseCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs, c := newFlags("release", stderr)
+	force := fs.Bool("force", false, "required: delete locks held by others")
+	yes := fs.Bool("yes", false, "do not ask for confirmation")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	keys := fs.Args()
+	if !*force {
+		return fail(stderr, usagef("release deletes locks held by others: say --force"))
+	}
+	if err := checkKeys(keys); err != nil {
+		return fail(stderr, err)
+	}
+	infos, code := inspect(c, keys, stderr)
+	if infos == nil || code != exitOK {
+		return code
+	}
+	held := 0
+	for _, k := range infos {
+		if k.Held || k.Reserved {
+			held++
+		}
+	}
+	if !*yes {
+		fmt.Fprintf(stderr, "about to delete the locks of %d key(s), %d of them held or reserved:\n", len(keys), held)
+		for _, k := range infos {
+			fmt.Fprintf(stderr, "  %s: %s%s\n", k.Key, state(k), holderText(k.Holder, k.ReservedFor, k.Holds))
+		}
+		fmt.Fprint(stderr, "delete? [y/N] ")
+		answer, _ := bufio.NewReader(stdin).ReadString('\n')
+		if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+			fmt.Fprintln(stderr, "slotlock: not confirmed; nothing deleted")
+			return exitAborted
+		}
+	}
+
+	cl, err := c.client()
+	if err != nil {
+		return fail(stderr, err)
+	}
+	defer cl.Close()
+	names, err := slot.NewNamer(c.prefix)
+	if err != nil {
+		return fail(stderr, usagef("--prefix: %v", err))
+	}
+	ctx, cancel := c.opContext()
+	defer cancel()
+	cmds := make(rueidis.Commands, 0, 2*len(keys))
+	for _, k := range keys {
+		s := slot.KeySlot(k)
+		cmds = append(cmds,
+			cl.B().Getdel().Key(names.LockKeyInSlot(k, s)).Build(),
+			cl.B().Del().Key(names.HoldCountKeyInSlot(k, s)).Build())
+	}
+	res := cl.DoMulti(ctx, cmds...)
+	code = exitOK
+	for i, k := range keys {
+		v, err := res[2*i].ToString()
+		holds, herr := res[2*i+1].AsInt64()
+		switch {
+		case rediserr.IsNil(err):
+			fmt.Fprintf(stdout, "%s: not locked, nothing deleted\n", k)
+		case err != nil:
+			fmt.Fprintf(stderr, "slotlock: %s: %v\n", k, err)
+			code = exitUnavailable
+		default:
+			p := lockval.Parse(v)
+			fmt.Fprintf(stdout, "%s: deleted %s%s\n", k, names.LockKey(k), holderText(short(p.Holder), short(p.Waiter), 0))
+		}
+		if herr != nil {
+			fmt.Fprintf(stderr, "slotlock: %s: hold set: %v\n", k, herr)
+			code = exitUnavailable
+		} else if holds > 0 {
+			fmt.Fprintf(stdout, "%s: deleted its hold set %s\n", k, names.HoldCountKey(k))
+		}
+	}
+	return code
+}
+
+func short(token string) string {
+	if token == "" {
+		return ""
+	}
+	return lockval.Short(token)
+}
+
+// holderText describes a lock's holder for the operator.
+func holderText(holder, reservedFor string, holds int) string {
+	switch {
+	case holder != "" && holds > 1:
+		return fmt.Sprintf(" (held by %s, %d holds)", holder, holds)
+	case holder != "":
+		return " (held by " + holder + ")"
+	case reservedFor != "":
+		return " (reserved for " + reservedFor + ")"
+	}
+	return ""
+}
