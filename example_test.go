@@ -268,3 +268,67 @@ func ExampleLease_Guard() {
 	fmt.Println(v, reply.IsNil())
 	// Output: paid true
 }
+
+// Inspect answers "who holds this lock, until when, who waits" without
+// touching it. Holder is the short ID the holder's lease reports (log
+// lease.ID() when you take one), never its token.
+func ExampleLocker_Inspect() {
+	client := exampleClient()
+	defer client.Close()
+	locker := newExampleLocker(client, slotlock.Options{Prefix: "example-inspect", Fencing: true})
+	defer locker.Close()
+	ctx := context.Background()
+	lease, err := locker.Lock(ctx, "order:42")
+	if err != nil {
+		panic(err)
+	}
+	defer lease.Release(ctx)
+
+	infos, err := locker.Inspect(ctx, "order:42", "order:43")
+	if err != nil {
+		panic(err)
+	}
+	for _, k := range infos {
+		fmt.Println(k.Key, k.Held, k.Holder == lease.ID(), k.TTL > 0, k.Fence > 0, k.WaitersTotal)
+	}
+	// Output:
+	// order:42 true true true true 0
+	// order:43 false false false false 0
+}
+
+// countingObserver counts grants: the smallest useful Observer.
+type countingObserver struct{ grants, lost int }
+
+func (o *countingObserver) Acquired(e slotlock.AcquireEvent) {
+	if e.Outcome == slotlock.OutcomeAcquired {
+		o.grants++
+	}
+}
+func (o *countingObserver) Released(slotlock.ReleaseEvent) {}
+func (o *countingObserver) Renewed(slotlock.RenewEvent)    {}
+func (o *countingObserver) Ended(e slotlock.EndEvent) {
+	if e.Lost {
+		o.lost++
+	}
+}
+
+// An Observer sees every acquisition, release, renewal round and lease
+// end (package slotlockotel is one for OpenTelemetry). Its methods run
+// on the Locker's goroutines: a real one must be safe for concurrent use.
+func ExampleObserver() {
+	client := exampleClient()
+	defer client.Close()
+	obs := &countingObserver{}
+	locker := newExampleLocker(client, slotlock.Options{Prefix: "example-observer", Observer: obs})
+	defer locker.Close()
+	ctx := context.Background()
+	for range 3 {
+		lease, err := locker.Lock(ctx, "a", "b")
+		if err != nil {
+			panic(err)
+		}
+		_ = lease.Release(ctx)
+	}
+	fmt.Println(obs.grants, "grants,", obs.lost, "lost")
+	// Output: 3 grants, 0 lost
+}
