@@ -139,6 +139,14 @@ func (e *env) cli(stdin string, sub string, args ...string) result {
 	return e.raw(stdin, all...)
 }
 
+// cliAsync is cli in a goroutine, for a command the test acts on while it
+// runs.
+func (e *env) cliAsync(sub string, args ...string) <-chan result {
+	done := make(chan result, 1)
+	go func() { done <- e.cli("", sub, args...) }()
+	return done
+}
+
 // raw runs the command with exactly args.
 func (e *env) raw(stdin string, args ...string) result {
 	e.t.Helper()
@@ -271,10 +279,7 @@ func TestRunHoldsWhileTheCommandRuns(t *testing.T) {
 	ctx := context.Background()
 	l := e.locker(slotlock.Options{})
 	flag := filepath.Join(e.dir, "go")
-	done := make(chan result, 1)
-	go func() {
-		done <- e.cli("", "run", append([]string{"--keys", "job:1,job:2", "--ttl", "300ms", "--"}, self("hold:"+flag)...)...)
-	}()
+	done := e.cliAsync("run", append([]string{"--keys", "job:1,job:2", "--ttl", "300ms", "--"}, self("hold:"+flag)...)...)
 	waitFile(t, flag+".started")
 	// Three TTLs: without renewal the keys would expire and a TryLock
 	// would take them.
@@ -315,10 +320,7 @@ func TestRunLeaseLostSignalsTheCommand(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	flag := filepath.Join(e.dir, "c")
-	done := make(chan result, 1)
-	go func() {
-		done <- e.cli("", "run", append([]string{"--keys", "lost:1,lost:2", "--ttl", "10s", "--"}, self("term:"+flag)...)...)
-	}()
+	done := e.cliAsync("run", append([]string{"--keys", "lost:1,lost:2", "--ttl", "10s", "--"}, self("term:"+flag)...)...)
 	waitFile(t, flag+".started")
 	require.NoError(t, e.client.Do(ctx, e.client.B().Del().Key(e.names.LockKey("lost:2")).Build()).Error())
 	r := <-done
@@ -335,10 +337,7 @@ func TestRunLeaseLostKillsAfterGrace(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	flag := filepath.Join(e.dir, "c")
-	done := make(chan result, 1)
-	go func() {
-		done <- e.cli("", "run", append([]string{"--keys", "kill:1", "--grace", "300ms", "--"}, self("ignoreterm:"+flag)...)...)
-	}()
+	done := e.cliAsync("run", append([]string{"--keys", "kill:1", "--grace", "300ms", "--"}, self("ignoreterm:"+flag)...)...)
 	pid, err := strconv.Atoi(waitFile(t, flag+".started"))
 	require.NoError(t, err)
 	t0 := time.Now()
