@@ -149,11 +149,12 @@ func (l *Locker) observedAcquire(ctx context.Context, keys []string, wait bool) 
 	// make it escape, and cost every Lock without an observer the
 	// allocation of its variadic argument (BenchmarkOneKey saw it).
 	ev := AcquireEvent{Ctx: ctx, Wait: wait, Keys: slices.Clone(keys), Start: start, Latency: time.Since(start),
-		Outcome: outcomeOf(err, OutcomeAcquired), Err: err, RollbackErr: protocol.RollbackFailed(err)}
+		Outcome: outcomeOf(err, OutcomeAcquired), Err: err}
 	if le != nil { // nil when refused before a lease was made
 		ev.KeyCount, ev.Nodes = le.set.Len(), l.nodesOf(le.set)
 		ev.Waited, ev.Attempts, ev.Conflicts, ev.Rollbacks = le.stats.Waited, le.stats.Attempts, le.stats.Conflicts, le.stats.Rollbacks
 		ev.Strategy = le.strategy
+		ev.RollbackErr = public(le.stats.RollbackErr)
 	}
 	if err != nil {
 		l.obs.Acquired(ev)

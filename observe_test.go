@@ -2,6 +2,7 @@ package slotlock_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -71,7 +72,7 @@ func TestObserverEvents(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, time.Minute)
 	rec := &recorder{}
-	l := e.locker(slotlock.Options{TTL: 300 * time.Millisecond, Observer: rec})
+	l := e.locker(slotlock.Options{TTL: time.Second, Observer: rec})
 	keys := keysN("obs", 20)
 
 	// An uncontended Lock: one attempt, no conflict, no wait.
@@ -96,7 +97,7 @@ func TestObserverEvents(t *testing.T) {
 	// A TryLock of another Locker (no in-process line) that meets it:
 	// a conflict on the held key, nothing kept.
 	rec2 := &recorder{}
-	l2 := e.locker(slotlock.Options{TTL: 300 * time.Millisecond, Observer: rec2})
+	l2 := e.locker(slotlock.Options{TTL: time.Second, Observer: rec2})
 	_, err = l2.TryLock(ctx, keys[3], "free:1")
 	require.ErrorIs(t, err, slotlock.ErrNotAcquired)
 	s2 := rec2.snapshot()
@@ -109,7 +110,7 @@ func TestObserverEvents(t *testing.T) {
 	require.Nil(t, c.Lease)
 
 	// A Lock of l2 that waits for the lease through the watchdog's
-	// renewals (TTL 300 ms: every 100 ms), until it is released.
+	// renewals (TTL 1 s: every 333 ms), until it is released.
 	got := make(chan error, 1)
 	go func() {
 		le, err := l2.Lock(ctx, keys[5], keys[6])
@@ -118,8 +119,8 @@ func TestObserverEvents(t *testing.T) {
 		}
 		got <- err
 	}()
-	// Two renewals (100 ms apart) after the waiter started: it has
-	// waited at least 100 ms by the release.
+	// Two renewals (333 ms apart) after the waiter started: it has
+	// waited at least 333 ms by the release.
 	require.Eventually(t, func() bool { return len(rec.snapshot().renewed) >= 2 }, 10*time.Second, 10*time.Millisecond)
 	require.NoError(t, lease.Release(ctx))
 	require.NoError(t, <-got)
@@ -128,7 +129,7 @@ func TestObserverEvents(t *testing.T) {
 	require.Equal(t, slotlock.OutcomeAcquired, w.Outcome)
 	require.GreaterOrEqual(t, w.Attempts, 2)
 	require.GreaterOrEqual(t, w.Conflicts, 1)
-	require.GreaterOrEqual(t, w.Waited, 90*time.Millisecond)
+	require.GreaterOrEqual(t, w.Waited, 300*time.Millisecond)
 	require.LessOrEqual(t, w.Waited, w.Latency)
 
 	s = rec.snapshot()
@@ -144,7 +145,7 @@ func TestObserverEvents(t *testing.T) {
 	require.Equal(t, slotlock.OutcomeReleased, rel.Outcome)
 	require.Equal(t, 20, rel.KeyCount)
 	require.Same(t, lease, rel.Lease)
-	require.Greater(t, rel.Held, 100*time.Millisecond)
+	require.Greater(t, rel.Held, 600*time.Millisecond)
 	require.Len(t, s.ended, 1)
 	require.False(t, s.ended[0].Lost)
 	require.ErrorIs(t, s.ended[0].Cause, slotlock.ErrReleased)
@@ -213,4 +214,30 @@ func TestLogLeaseLost(t *testing.T) {
 	require.Equal(t, "2", attrs["keys"])
 	require.ErrorIs(t, lease.Release(ctx), slotlock.ErrNotHeld) // log:1 was still held
 	require.Len(t, logs.messages(), 1)
+}
+
+// A rollback that cannot settle its keys (here: no time for it at all) is
+// one Warn line, and the observer sees it as RollbackErr.
+func TestLogRollbackFailure(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	holder := e.locker(slotlock.Options{TTL: 10 * time.Second})
+	// Keys of this run only: what the rollback leaves stays for 2 s.
+	keys := keysN(fmt.Sprintf("rb:%d", time.Now().UnixNano()), 10)
+	held, err := holder.Lock(ctx, keys[5])
+	require.NoError(t, err)
+	defer held.Release(ctx)
+
+	logs, rec := &logCounter{}, &recorder{}
+	l := e.locker(slotlock.Options{TTL: 2 * time.Second, CleanupTimeout: time.Nanosecond,
+		Logger: slog.New(logs), Observer: rec})
+	_, err = l.TryLock(ctx, keys...)
+	require.ErrorIs(t, err, slotlock.ErrNotAcquired)
+	require.Equal(t, []string{"slotlock: a rollback could not reach a node; its keys stay locked until their TTL"}, logs.messages())
+	require.Equal(t, "10", logs.attrs(0)["keys"])
+	s := rec.snapshot()
+	require.Len(t, s.acquired, 1)
+	require.Error(t, s.acquired[0].RollbackErr)
+	require.Positive(t, s.acquired[0].Rollbacks)
 }

@@ -2,6 +2,7 @@ package slotlockotel_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -218,7 +219,7 @@ func TestRenewalsAndLoss(t *testing.T) {
 	r := newRig(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	l := r.locker(slotlock.Options{TTL: 300 * time.Millisecond})
+	l := r.locker(slotlock.Options{TTL: time.Second})
 	lease, err := l.Lock(ctx, "x", "y", "z")
 	require.NoError(t, err)
 	renewed := slotlockotel.AttrOutcome.String("renewed")
@@ -279,4 +280,31 @@ func TestKeyNamesParentAndTimeout(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, uint64(1), p.Count)
 	require.GreaterOrEqual(t, p.Sum, 0.1)
+}
+
+// Rollbacks by outcome: a TryLock that meets a held key rolls back what it
+// took (ok); with no time for its rollback, the rollback fails (failed).
+func TestRollbacks(t *testing.T) {
+	r := newRig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	holder := r.locker(slotlock.Options{})
+	keys := make([]string, 10)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("rb:%d:%d", time.Now().UnixNano(), i) // this run's: a failed rollback leaves them for 2 s
+	}
+	held, err := holder.Lock(ctx, keys[5])
+	require.NoError(t, err)
+	defer held.Release(ctx)
+	ok, failed := slotlockotel.AttrOutcome.String("ok"), slotlockotel.AttrOutcome.String("failed")
+
+	_, err = r.locker(slotlock.Options{}).TryLock(ctx, keys...)
+	require.ErrorIs(t, err, slotlock.ErrNotAcquired)
+	require.Equal(t, int64(1), r.sum(slotlockotel.MetricRollbacks, ok))
+	require.Zero(t, r.sum(slotlockotel.MetricRollbacks, failed))
+
+	_, err = r.locker(slotlock.Options{TTL: 2 * time.Second, CleanupTimeout: time.Nanosecond}).TryLock(ctx, keys...)
+	require.ErrorIs(t, err, slotlock.ErrNotAcquired)
+	require.Equal(t, int64(1), r.sum(slotlockotel.MetricRollbacks, ok))
+	require.Equal(t, int64(1), r.sum(slotlockotel.MetricRollbacks, failed))
 }

@@ -249,6 +249,9 @@ func (q *acquisition) release(ctx context.Context, idx []int) error {
 // rollback releases every touched key.
 func (q *acquisition) rollback(ctx context.Context) error {
 	if err := q.release(ctx, q.touchedAbove(-1)); err != nil {
+		if q.r.Stats != nil {
+			q.r.Stats.RollbackErr = err
+		}
 		return &Wrapped{Msg: rollbackMsg, Err: err}
 	}
 	return nil

@@ -131,6 +131,9 @@ type Stats struct {
 	Conflicts int           // keys found held by others, summed over attempts
 	Rollbacks int           // owner-checked releases of keys taken (trims and rollbacks)
 	Waited    time.Duration // time spent in Wait and in retry pauses
+	// RollbackErr is the error of the last rollback that could not settle
+	// every key (they stay until their TTL).
+	RollbackErr error
 }
 
 // ExtendJob is one lease of a batched renewal.
