@@ -172,16 +172,19 @@ func (l *Locker) acquire(ctx context.Context, keys []string, wait bool) (*Lease,
 	if l.obs != nil {
 		return l.observedAcquire(ctx, keys, wait) // observe.go
 	}
-	le, err := l.take(ctx, keys, wait, false)
+	// With a Logger the protocol counts too: its record of a failed
+	// rollback is what the log line reports (no allocation: the counts
+	// live in the lease).
+	le, err := l.take(ctx, keys, wait, l.log != nil)
 	if err != nil {
 		return nil, err
 	}
 	return le, nil
 }
 
-// take is one Lock (wait) or TryLock. On failure it returns the lease it
-// made, if it made one, for the observer's counts (with count, in
-// le.stats): it holds nothing.
+// take is one Lock (wait) or TryLock; with count, the protocol counts
+// what it does into le.stats. On failure it returns the lease it made, if
+// it made one, for those counts: it holds nothing.
 func (l *Locker) take(ctx context.Context, keys []string, wait, count bool) (*Lease, error) {
 	if err := l.validate(ctx, keys); err != nil {
 		return nil, err
@@ -247,9 +250,9 @@ func (l *Locker) take(ctx context.Context, keys []string, wait, count bool) (*Le
 		if l.local != nil {
 			l.local.Release(le.set.Lock, le.holder)
 		}
-		if rb := protocol.RollbackFailed(err); rb != nil && l.log != nil {
+		if rb := le.stats.RollbackErr; rb != nil && l.log != nil {
 			l.log.Warn("slotlock: a rollback could not reach a node; its keys stay locked until their TTL",
-				"prefix", l.names.Prefix(), "keys", le.set.Len(), "ttl", l.opt.TTL, "cause", rb)
+				"prefix", l.names.Prefix(), "keys", le.set.Len(), "ttl", l.opt.TTL, "cause", public(rb))
 		}
 		err = withPrefix("lock", public(err))
 		if l.afterFailure != nil {

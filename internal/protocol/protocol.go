@@ -252,24 +252,7 @@ func (q *acquisition) rollback(ctx context.Context) error {
 		if q.r.Stats != nil {
 			q.r.Stats.RollbackErr = err
 		}
-		return &Wrapped{Msg: rollbackMsg, Err: err}
-	}
-	return nil
-}
-
-// rollbackMsg marks the error of a rollback that did not answer for every
-// key (RollbackFailed).
-const rollbackMsg = "rollback (keys expire by their TTL)"
-
-// RollbackFailed returns the error of the rollback in err, an
-// acquisition's error, when the rollback could not settle every key (a
-// node it could not reach): those keys stay until their TTL.
-func RollbackFailed(err error) error {
-	var w *Wrapped
-	for e := err; errors.As(e, &w); e = w.Err {
-		if w.Msg == rollbackMsg {
-			return w.Err
-		}
+		return &Wrapped{Msg: "rollback (keys expire by their TTL)", Err: err}
 	}
 	return nil
 }
