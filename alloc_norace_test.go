@@ -7,6 +7,8 @@ package slotlock_test
 // race-free pass).
 
 import (
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -39,4 +41,12 @@ func TestNoObserverCostsNoAllocation(t *testing.T) {
 	slice := run(func() (*slotlock.Lease, error) { return l.Lock(ctx, keys...) })
 	t.Logf("allocations per Lock+Release: variadic %.0f, slice %.0f", variadic, slice)
 	require.Equal(t, slice, variadic)
+
+	// A Logger costs no allocation either: the protocol's counts live in
+	// the lease, and the end of a lease is matched without errors.As.
+	logged := e.locker(slotlock.Options{TTL: 10 * time.Second, NoLossTracking: true, NoLocalQueue: true,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	withLog := run(func() (*slotlock.Lease, error) { return logged.Lock(ctx, "hot") })
+	t.Logf("with a Logger: %.0f", withLog)
+	require.Equal(t, variadic, withLog)
 }

@@ -197,8 +197,7 @@ func (le *Lease) heldFor(now time.Time) time.Duration {
 // to the log.
 func (le *Lease) report(cause error) {
 	now := time.Now()
-	var lost *LostError
-	isLost := errors.As(cause, &lost)
+	lost, isLost := cause.(*LostError) // lostError's, or ErrReleased (errors.As would allocate)
 	if le.l.log != nil && isLost {
 		le.l.log.Warn("slotlock: lease lost", "lease", le.ID(), "prefix", le.l.names.Prefix(),
 			"keys", le.set.Len(), "lost", lostKeysAttr(lost.Keys), "held", le.heldFor(now).Round(time.Millisecond))
