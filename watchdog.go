@@ -164,7 +164,7 @@ func (w *watchdog) renewBatch(eng engine, renew []*Lease) (failed bool) {
 		default:
 			failed = true
 			ev.Failed++
-			if ev.Err == nil {
+			if ev.Err == nil && w.l.obs != nil {
 				ev.Err = public(r.Err)
 			}
 			if !time.Now().Before(le.Deadline()) {
