@@ -32,8 +32,8 @@ type Lease struct {
 	renew  bool
 	eng    engine // the strategy that took the keys releases them
 	req    protocol.Request
-	// For an Observer only (observe.go): what the acquisition did, with
-	// which strategy, and since when the lease holds its keys.
+	// For an Observer and the Logger (observe.go): what the acquisition
+	// did, with which strategy, and since when the lease holds its keys.
 	stats     protocol.Stats
 	strategy  Strategy
 	grantedAt time.Time

@@ -17,8 +17,10 @@ import (
 // read, no allocation: BenchmarkOneKey/observer=none).
 //
 // The Locker calls its methods synchronously, on the goroutine that did
-// the work (the caller's, or the watchdog's for renewals and most losses):
-// they must return quickly and must not call the Locker. An event's
+// the work (the caller's, or one of the Locker's own: the watchdog's for
+// renewals, the watchdog's or the loss tracker's for losses), so they may
+// run concurrently: they must be safe for that, return quickly and not
+// call the Locker. An event's
 // slices belong to the Locker: read them during the call, keep no
 // reference.
 type Observer interface {
