@@ -2,38 +2,50 @@ package slotlockotel_test
 
 import (
 	"context"
-	"log"
+	"fmt"
 
-	"github.com/redis/rueidis"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/slotlock/slotlock"
 	"github.com/slotlock/slotlock/slotlockotel"
 )
 
 // An Observer on the application's providers (here a meter provider with
-// a manual reader; in production, the one the OTLP exporter feeds) goes
-// into the Locker's Options.
+// a manual reader; in production, the one the OTLP exporter feeds; the
+// tracer is the global provider's) goes into the Locker's Options.
 func ExampleNew() {
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-	obs, err := slotlockotel.New(slotlockotel.WithMeterProvider(mp)) // tracer: the global provider
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	obs, err := slotlockotel.New(slotlockotel.WithMeterProvider(mp))
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
-	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:7000"}})
+	client, err := cluster.Client() // rueidis.NewClient(...) in a service
 	if err != nil {
-		log.Print(err) // no cluster here
-		return
+		panic(err)
 	}
 	defer client.Close()
-	locker, err := slotlock.New(client, slotlock.Options{Observer: obs})
+	locker, err := slotlock.New(client, slotlock.Options{Prefix: "example-otel", Observer: obs})
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
 	defer locker.Close()
-	lease, err := locker.Lock(context.Background(), "order:42", "stock:7")
+	ctx := context.Background()
+	lease, err := locker.Lock(ctx, "order:42", "stock:7")
 	if err != nil {
-		log.Fatal(err)
+		panic(err)
 	}
-	defer lease.Release(context.Background())
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		panic(err)
+	}
+	for _, m := range rm.ScopeMetrics[0].Metrics {
+		if m.Name == slotlockotel.MetricKeysHeld {
+			fmt.Println("keys held:", m.Data.(metricdata.Sum[int64]).DataPoints[0].Value)
+		}
+	}
+	_ = lease.Release(ctx)
+	// Output: keys held: 2
 }
