@@ -9,9 +9,9 @@ TEST_FLAGS  ?= -race -count=1 -timeout 20m
 # staticcheck 2026.2.2: the first release line that understands Go 1.26.
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 STATE       := .cache
-# Modules of their own whose tests and checks run with the library's:
+# Modules of their own whose vet, lint and tests run with the library's:
 # slotlockotel (the OpenTelemetry adapter) keeps OpenTelemetry out of the
-# library's go.mod. bench/ has its own targets.
+# library's go.mod. (bench/, also a module, is tested by test below.)
 ADAPTERS    ?= slotlockotel
 
 .PHONY: all test test-docker test-process ensure-redis vet lint bench cluster-up cluster-down
