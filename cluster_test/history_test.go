@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
-
-	"github.com/slotlock/slotlock"
 )
 
 // hold is one lease as the history sees it: from the grant until the holder
@@ -50,9 +48,18 @@ type history struct {
 
 func newHistory(tl *timeline) *history { return &history{tl: tl} }
 
+// recordedLease is what the history reads of a lease: a *slotlock.Lease, or
+// a quorum lease seen through quorumView (quorum_test.go).
+type recordedLease interface {
+	Token() string
+	Keys() []string
+	Deadline() time.Time
+	FencingToken(key string) (int64, bool)
+}
+
 // granted records a lease the moment Lock or TryLock returned it. ttl is
 // the Locker's TTL: Deadline minus ttl is when the granting attempt was sent.
-func (h *history) granted(owner string, le *slotlock.Lease, ttl time.Duration) *hold {
+func (h *history) granted(owner string, le recordedLease, ttl time.Duration) *hold {
 	now := h.tl.now()
 	g := &hold{
 		Owner:   owner,
@@ -79,7 +86,7 @@ func (h *history) granted(owner string, le *slotlock.Lease, ttl time.Duration) *
 // ended records that the holder stopped counting on g at stop (a Release
 // call, or the moment it saw Done), with ret when that was complete, and
 // the lease's deadline as it was then.
-func (h *history) ended(g *hold, le *slotlock.Lease, stop, ret int64, how string) {
+func (h *history) ended(g *hold, le recordedLease, stop, ret int64, how string) {
 	deadline := h.tl.at(le.Deadline())
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -25,11 +25,15 @@ type Lease struct {
 	rearm  chan struct{} // Extend moved a deadline: the monitor looks again
 	mu     sync.Mutex
 	ending bool // Release has begun: ends of deployment leases are ours
+	over   bool // ended: Deadline returns final from then on
+	final  time.Time
+	last   time.Time // the latest window seen while a majority held
 }
 
 // start begins the lease's life: one goroutine watches the deployments'
 // leases and the validity window until the lease ends.
 func (le *Lease) start() {
+	le.last = le.window()
 	le.keys = le.subs[slices.IndexFunc(le.subs, func(s *slotlock.Lease) bool { return s != nil })].Keys()
 	le.life, le.end = context.WithCancelCause(context.Background())
 	le.rearm = make(chan struct{}, 1)
@@ -56,7 +60,20 @@ func (le *Lease) Held() []int {
 // send time of its last granting or renewing request plus the TTL
 // (slotlock.Lease.Deadline), so at the grant the window is the TTL minus
 // the time the attempt took minus the drift allowance. Renewals move it.
+// After the lease ended it returns the window the lease last had.
 func (le *Lease) Deadline() time.Time {
+	le.mu.Lock()
+	if le.over {
+		defer le.mu.Unlock()
+		return le.final
+	}
+	le.mu.Unlock()
+	return le.window()
+}
+
+// window computes the validity window from the deployments' leases: the
+// zero time when fewer than a majority are alive.
+func (le *Lease) window() time.Time {
 	var ds []time.Time
 	for _, s := range le.subs {
 		if s != nil && s.Err() == nil {
@@ -133,20 +150,23 @@ func (le *Lease) monitor() {
 				continue
 			}
 			if held := len(le.Held()); held < le.l.need {
-				le.end(le.lostError(false))
+				le.finish(le.lostError(false))
 				return
 			}
 		case <-le.rearm:
 		case <-timer.C:
 		}
-		d := le.Deadline()
+		d := le.window()
 		if !d.After(time.Now()) {
 			if !le.releasing() {
-				le.end(le.lostError(true))
+				le.finish(le.lostError(true))
 				return
 			}
 			d = time.Now().Add(time.Hour) // Release ends the lease
 		}
+		le.mu.Lock()
+		le.last = d
+		le.mu.Unlock()
 		if !timer.Stop() {
 			select {
 			case <-timer.C:
@@ -155,6 +175,22 @@ func (le *Lease) monitor() {
 		}
 		timer.Reset(time.Until(d))
 	}
+}
+
+// finish ends the lease with cause, once, fixing what Deadline returns from
+// then on: the window it had, or the last one a majority gave it.
+func (le *Lease) finish(cause error) {
+	d := le.window()
+	le.mu.Lock()
+	if !le.over {
+		le.over = true
+		le.final = le.last
+		if !d.IsZero() {
+			le.final = d
+		}
+	}
+	le.mu.Unlock()
+	le.end(cause)
 }
 
 func (le *Lease) releasing() bool {
@@ -202,6 +238,11 @@ func (le *Lease) Release(ctx context.Context) error {
 	}
 	le.ending = true
 	le.mu.Unlock()
+	if d := le.window(); !d.IsZero() {
+		le.mu.Lock()
+		le.last = d
+		le.mu.Unlock()
+	}
 	lost := le.Err()
 	qe := &QuorumError{Op: "release", Need: le.l.need}
 	errs := le.each(func(s *slotlock.Lease) error { return s.Release(ctx) })
@@ -214,7 +255,7 @@ func (le *Lease) Release(ctx context.Context) error {
 			qe.Failed = append(qe.Failed, le.l.failed(i, err))
 		}
 	}
-	le.end(slotlock.ErrReleased) // no-op after a loss: Err keeps reporting it
+	le.finish(slotlock.ErrReleased) // no-op after a loss: Err keeps reporting it
 	switch {
 	case lost != nil:
 		return lost
