@@ -51,14 +51,6 @@ func (w *workload) start() {
 	if w.clients == 0 {
 		w.clients = 2
 	}
-	if w.attempt == 0 {
-		w.attempt = 2 * time.Second
-	}
-	if w.maxBatch == 0 {
-		w.maxBatch = 8
-	}
-	w.stop = make(chan struct{})
-	w.errSeen = map[string]int{}
 	clients := make([]rueidis.Client, w.clients)
 	for i := range clients {
 		clients[i] = w.e.client()
@@ -67,6 +59,20 @@ func (w *workload) start() {
 	for i := range lockers {
 		lockers[i] = w.e.locker(clients[i%len(clients)], w.opt)
 	}
+	w.startWith(lockers)
+}
+
+// startWith launches one worker per Locker, for a run that starts the
+// workload many times over the same Lockers (the soak).
+func (w *workload) startWith(lockers []*slotlock.Locker) {
+	if w.attempt == 0 {
+		w.attempt = 2 * time.Second
+	}
+	if w.maxBatch == 0 {
+		w.maxBatch = 8
+	}
+	w.stop = make(chan struct{})
+	w.errSeen = map[string]int{}
 	for i, l := range lockers {
 		w.wg.Add(1)
 		go w.run(i, l)
