@@ -244,17 +244,7 @@ func (le *Lease) Release(ctx context.Context) error {
 		le.mu.Unlock()
 	}
 	lost := le.Err()
-	qe := &QuorumError{Op: "release", Need: le.l.need}
-	errs := le.each(func(s *slotlock.Lease) error { return s.Release(ctx) })
-	for i, err := range errs {
-		switch {
-		case le.subs[i] == nil:
-		case err == nil:
-			qe.Done++
-		default:
-			qe.Failed = append(qe.Failed, le.l.failed(i, err))
-		}
-	}
+	qe := le.tally("release", le.each(func(s *slotlock.Lease) error { return s.Release(ctx) }))
 	le.finish(slotlock.ErrReleased) // no-op after a loss: Err keeps reporting it
 	switch {
 	case lost != nil:
@@ -281,22 +271,12 @@ func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := le.Err(); err != nil {
 		return fmt.Errorf("%w: %w", slotlock.ErrNotHeld, err)
 	}
-	qe := &QuorumError{Op: "extend", Need: le.l.need}
-	errs := le.each(func(s *slotlock.Lease) error {
+	qe := le.tally("extend", le.each(func(s *slotlock.Lease) error {
 		if s.Err() != nil {
 			return s.Err()
 		}
 		return s.Extend(ctx, ttl)
-	})
-	for i, err := range errs {
-		switch {
-		case le.subs[i] == nil:
-		case err == nil:
-			qe.Done++
-		default:
-			qe.Failed = append(qe.Failed, le.l.failed(i, err))
-		}
-	}
+	}))
 	select {
 	case le.rearm <- struct{}{}:
 	default:
@@ -306,6 +286,22 @@ func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	if errors.Is(qe, slotlock.ErrInvalid) {
 		return qe.Failed[0].Err
+	}
+	return qe
+}
+
+// tally counts, per deployment that granted, an operation's errors from
+// each: a QuorumError that is a success when Done reaches the majority.
+func (le *Lease) tally(op string, errs []error) *QuorumError {
+	qe := &QuorumError{Op: op, Need: le.l.need}
+	for i, err := range errs {
+		switch {
+		case le.subs[i] == nil:
+		case err == nil:
+			qe.Done++
+		default:
+			qe.Failed = append(qe.Failed, le.l.failed(i, err))
+		}
 	}
 	return qe
 }

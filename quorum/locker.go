@@ -12,6 +12,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/slotlock/slotlock"
+	"github.com/slotlock/slotlock/internal/protocol"
 )
 
 // Locker hands out leases on sets of keys held on a majority of several
@@ -132,7 +133,7 @@ func (l *Locker) Lock(ctx context.Context, keys ...string) (*Lease, error) {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("slotlock/quorum: lock: %w (last attempt: %w)", context.Cause(ctx), err)
 		}
-		if serr := sleep(ctx, retryPause(round)); serr != nil {
+		if serr := protocol.SleepCtx(ctx, retryPause(round)); serr != nil {
 			return nil, fmt.Errorf("slotlock/quorum: lock: %w (last attempt: %w)", serr, err)
 		}
 	}
@@ -151,17 +152,6 @@ func (l *Locker) TryLock(ctx context.Context, keys ...string) (*Lease, error) {
 func retryPause(round int) time.Duration {
 	d := min(200*time.Millisecond, 5*time.Millisecond<<min(round, 6))
 	return d/2 + rand.N(d/2+1)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
 }
 
 // permanent reports errors that another attempt would repeat: bad input,
