@@ -127,7 +127,7 @@ func (l *Locker) closeDeployments() {
 func (l *Locker) Lock(ctx context.Context, keys ...string) (*Lease, error) {
 	for round := 0; ; round++ {
 		le, err := l.attempt(ctx, keys)
-		if err == nil || permanent(err) {
+		if err == nil || l.hopeless(err) {
 			return le, err
 		}
 		if ctx.Err() != nil {
@@ -152,6 +152,24 @@ func (l *Locker) TryLock(ctx context.Context, keys ...string) (*Lease, error) {
 func retryPause(round int) time.Duration {
 	d := min(200*time.Millisecond, 5*time.Millisecond<<min(round, 6))
 	return d/2 + rand.N(d/2+1)
+}
+
+// hopeless reports an attempt's error that every later attempt would
+// repeat: bad input everywhere, or deployments that refuse for good (a
+// closed Locker, a feature the strategy lacks) so many that no majority
+// is left.
+func (l *Locker) hopeless(err error) bool {
+	var qe *QuorumError
+	if !errors.As(err, &qe) {
+		return permanent(err)
+	}
+	refused := 0
+	for _, f := range qe.Failed {
+		if permanent(f.Err) {
+			refused++
+		}
+	}
+	return len(l.dep)-refused < l.need
 }
 
 // permanent reports errors that another attempt would repeat: bad input,
