@@ -46,6 +46,7 @@ const soakRound = 20 * time.Second
 // soakStats is what the soak counted for one kind of fault.
 type soakStats struct {
 	rounds, grants, violations, undecided, lost int
+	events                                      int // faults injected: one per round, or the slots moved
 	faultTime                                   durations
 }
 
@@ -119,7 +120,7 @@ func TestSoak(t *testing.T) {
 			w.startWith(lockers)
 		}
 		t0 := time.Now()
-		e.soakFault(kind, r, space, ttl, t0.Add(soakRound))
+		st.events += e.soakFault(kind, r, space, ttl, t0.Add(soakRound))
 		st.faultTime = append(st.faultTime, time.Since(t0))
 		if rest := time.Until(t0.Add(soakRound)); rest > 0 {
 			time.Sleep(rest)
@@ -151,16 +152,18 @@ func TestSoak(t *testing.T) {
 		if st == nil {
 			continue
 		}
-		e.rep.set(kind, fmt.Sprintf("rounds=%d grants=%d violations=%d undecided=%d leases_lost=%d fault_time=%s",
-			st.rounds, st.grants, st.violations, st.undecided, st.lost, st.faultTime))
+		e.rep.set(kind, fmt.Sprintf("rounds=%d faults=%d grants=%d violations=%d undecided=%d leases_lost=%d fault_time=%s",
+			st.rounds, st.events, st.grants, st.violations, st.undecided, st.lost, st.faultTime))
 	}
 	e.rep.print()
 	e.requireUnlocked(2 * ttl)
 }
 
 // soakFault injects one fault of kind, returning when it is over and the
-// cluster is ready again (slot moves go on until until).
-func (e *env) soakFault(kind string, r *rand.Rand, space []string, ttl time.Duration, until time.Time) {
+// cluster is ready again (slot moves go on until until), with how many
+// faults it injected (slot moves count one each).
+func (e *env) soakFault(kind string, r *rand.Rand, space []string, ttl time.Duration, until time.Time) int {
+	n := 1
 	t := e.t
 	time.Sleep(2 * time.Second) // traffic before the fault
 	victim := e.master(e.ctx, space[r.IntN(len(space))])
@@ -198,7 +201,7 @@ func (e *env) soakFault(kind string, r *rand.Rand, space []string, ttl time.Dura
 		if err != nil {
 			t.Fatal(err)
 		}
-		for time.Now().Before(until.Add(-time.Second)) {
+		for n = 0; time.Now().Before(until.Add(-time.Second)); n++ {
 			s, _ := e.slotToMove(r, space)
 			owner, err := e.c.NodeForSlot(e.ctx, s)
 			if err != nil {
@@ -215,6 +218,7 @@ func (e *env) soakFault(kind string, r *rand.Rand, space []string, ttl time.Dura
 		t.Fatalf("unknown fault %q", kind)
 	}
 	e.waitReady()
+	return n
 }
 
 // soakHolder starts a holder process on a few keys of the space (it waits
