@@ -106,6 +106,14 @@ func TestTrackerBusyIsNotARefusal(t *testing.T) {
 
 	o := newOwner(time.Minute)
 	w := held(t, ctx, admin, key, "tokenB", o)
+	// Made before the node is busy (its slot map read would meet the
+	// BUSY), and without rueidis's own cache, whose handshake would meet
+	// it first: the Tracker's CLIENT TRACKING must.
+	client, err := c.Client(func(o *rueidis.ClientOption) { o.DisableCache = true })
+	require.NoError(t, err)
+	defer client.Close()
+	tr := tracking.New(client, topology.New(client))
+	defer tr.Close()
 
 	// The script spins for 1.5 s of server time on the key's master.
 	spin := `local s = redis.call('TIME') repeat local n = redis.call('TIME') until (n[1] - s[1]) * 1000000 + (n[2] - s[2]) > 1500000 return 1`
@@ -122,13 +130,6 @@ func TestTrackerBusyIsNotARefusal(t *testing.T) {
 		return err != nil && strings.HasPrefix(err.Error(), "BUSY")
 	}, 5*time.Second, time.Millisecond, "the node answers BUSY")
 
-	// Without rueidis's own cache, whose handshake would meet the BUSY
-	// first: the Tracker's CLIENT TRACKING must.
-	client, err := c.Client(func(o *rueidis.ClientOption) { o.DisableCache = true })
-	require.NoError(t, err)
-	defer client.Close()
-	tr := tracking.New(client, topology.New(client))
-	defer tr.Close()
 	tr.Watch(w)
 	require.NoError(t, <-done, "the script ran to its end")
 
