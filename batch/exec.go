@@ -30,9 +30,17 @@ type nodeRun struct {
 	// where Redis enforces the migration rules (TRYAGAIN while a slot's keys
 	// are split).
 	direct rueidis.Client
-	// nodeWide: some call covers the whole node, so the run goes through
-	// direct (nil: rueidis has no client for the node yet).
-	nodeWide bool
+	// pinned: the run goes through direct (nil: rueidis has no client for
+	// the node yet), because some call covers the whole node, or because
+	// the run ends with a WAIT. A WAIT counts the replicas that have the
+	// writes of its own connection: a script that the cluster client
+	// followed to another node (MOVED, ASK) would not be covered by the
+	// WAIT the first node answers, and rueidis v1.0.79 panics in DoMulti
+	// (index out of range in clusterClient.doresultfn) when it retries such
+	// a run while slots move (docs/faults.md, "The soak"). Unfollowed, a
+	// redirection is an error reply: nothing ran, the keys are planned
+	// again on a fresh slot map.
+	pinned bool
 }
 
 // nodeResult is what one node's goroutine sends back.
@@ -54,7 +62,7 @@ type nodeResult struct {
 // discarded. With w, each node's calls are followed by a WAIT on the same
 // connection; its reply comes back keyed by node address.
 func (e *Engine) exec(ctx context.Context, calls []call, jobs []job, w *waitAfter) ([]rueidis.RedisResult, map[string]rueidis.RedisResult) {
-	runs := e.groupRuns(calls)
+	runs := e.groupRuns(calls, w != nil)
 	out := make([]rueidis.RedisResult, len(calls))
 	var waits map[string]rueidis.RedisResult
 	if w != nil {
@@ -111,9 +119,10 @@ func (e *Engine) exec(ctx context.Context, calls []call, jobs []job, w *waitAfte
 	return out, waits
 }
 
-// groupRuns splits calls by node, keeping their order; node-wide calls of a
-// cluster get the node's own client.
-func (e *Engine) groupRuns(calls []call) []nodeRun {
+// groupRuns splits calls by node, keeping their order; runs with node-wide
+// calls, and every run when pin is set (a WAIT follows), get the node's own
+// client.
+func (e *Engine) groupRuns(calls []call, pin bool) []nodeRun {
 	var runs []nodeRun
 	idx := map[string]int{}
 	for ci, c := range calls {
@@ -124,8 +133,8 @@ func (e *Engine) groupRuns(calls []call) []nodeRun {
 			runs = append(runs, nodeRun{node: c.node})
 		}
 		runs[ri].calls = append(runs[ri].calls, ci)
-		if !c.perSlot && !runs[ri].nodeWide {
-			runs[ri].nodeWide = true
+		if (pin || !c.perSlot) && !runs[ri].pinned {
+			runs[ri].pinned = true
 			runs[ri].direct = e.nodeClient(c.node)
 		}
 	}
@@ -189,7 +198,7 @@ func (e *Engine) forgetNode(addr string) {
 func (e *Engine) runNode(ctx context.Context, ri int, run nodeRun, calls []call, jobs []job, w *waitAfter) nodeResult {
 	r := nodeResult{run: ri, res: make([]rueidis.RedisResult, len(run.calls))}
 	client := e.client
-	direct := run.nodeWide
+	direct := run.pinned
 	if direct {
 		if run.direct == nil {
 			for k := range r.res {

@@ -26,11 +26,6 @@ const (
 	// envSoakFaults narrows the rotation to some of soakFaults (a comma
 	// separated list), to chase what one kind of fault found.
 	envSoakFaults = "SLOTLOCK_SOAK_FAULTS"
-	// envSoakMovesReplicated=1 runs the slot-moves rounds with
-	// MinReplicas: 1 too: rueidis v1.0.79 then panics within seconds
-	// (docs/faults.md, "The soak"), so by default those rounds use
-	// Lockers without MinReplicas, as TestReshardingUnderLoad does.
-	envSoakMovesReplicated = "SLOTLOCK_SOAK_MOVES_REPLICATED"
 )
 
 // soakFaults rotate, one per round: a holder process killed while it holds
@@ -57,8 +52,9 @@ type soakStats struct {
 // killed holder's grant included; nothing may be left locked at the end.
 // MinReplicas: 1, so that the failover rounds are inside what
 // docs/safety.md claims (one replica per master): a violation anywhere
-// fails the soak. The slot-moves rounds run without it (see
-// envSoakMovesReplicated).
+// fails the soak. The slot-moves rounds too: with MinReplicas, the scripts
+// and their WAIT once went through the cluster client, which panicked
+// within seconds of slot moves (rueidis v1.0.79; docs/faults.md).
 func TestSoak(t *testing.T) {
 	target, _ := strconv.Atoi(os.Getenv(envSoak))
 	if target <= 0 {
@@ -75,15 +71,10 @@ func TestSoak(t *testing.T) {
 	e := newEnv(t, limit+10*time.Minute)
 	const ttl = 3 * time.Second
 	opt := slotlock.Options{TTL: ttl, Renew: slotlock.RenewAlways, Fencing: true, MinReplicas: 1, ReplicaTimeout: 500 * time.Millisecond}
-	moveOpt := opt
-	if os.Getenv(envSoakMovesReplicated) != "1" {
-		moveOpt.MinReplicas = 0
-	}
 	clients := []rueidis.Client{e.client(), e.client(), e.client()}
-	var lockers, moveLockers []*slotlock.Locker
+	var lockers []*slotlock.Locker
 	for i := range 12 {
 		lockers = append(lockers, e.locker(clients[i%len(clients)], opt))
-		moveLockers = append(moveLockers, e.locker(clients[i%len(clients)], moveOpt))
 	}
 	faults := soakFaults
 	if v := os.Getenv(envSoakFaults); v != "" {
@@ -113,12 +104,7 @@ func TestSoak(t *testing.T) {
 		e.hist = newHistory(e.tl) // one history per round: memory stays flat
 		w := &workload{e: e, name: kind, opt: opt, space: space, maxBatch: 4, attempt: 2 * time.Second,
 			holdMax: 2 * time.Millisecond, seed: uint64(round)}
-		if kind == "slot-moves" {
-			w.opt = moveOpt
-			w.startWith(moveLockers)
-		} else {
-			w.startWith(lockers)
-		}
+		w.startWith(lockers)
 		t0 := time.Now()
 		st.events += e.soakFault(kind, r, space, ttl, t0.Add(soakRound))
 		st.faultTime = append(st.faultTime, time.Since(t0))
