@@ -15,6 +15,8 @@ var (
 	commonLua string
 	//go:embed scripts/acquire.lua
 	acquireBody string
+	//go:embed scripts/fence.lua
+	fenceLua string
 	//go:embed scripts/release.lua
 	releaseBody string
 	//go:embed scripts/release1.lua
@@ -80,7 +82,9 @@ func sha1Hex(s string) string {
 }
 
 var (
-	acquireScript = newScript("acquire", acquireBody, false)
+	// acquireScript alone draws fencing tokens: fence.lua's helpers go
+	// before its body.
+	acquireScript = newScript("acquire", fenceLua+acquireBody, false)
 	releaseScript = newScript("release", releaseBody, true)
 	extendScript  = newScript("extend", extendBody, true)
 	guardScript   = newScript("guard", guardBody, false)
