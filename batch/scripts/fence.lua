@@ -26,9 +26,17 @@ local FENCE_SHIFT = 4294967296 -- 2^32
 local FENCE_EPOCHS = 2097152 -- 2^21
 
 -- fence_epoch returns the config epoch of this node, or nil and an error
--- reply.
+-- reply. A server without cluster mode refuses CLUSTER INFO: its epoch
+-- is 0 (it has no failover of its own that could lose increments behind
+-- a client's back; a Sentinel failover can, docs/safety.md).
 local function fence_epoch()
-  local info = redis.call('CLUSTER', 'INFO')
+  local info = redis.pcall('CLUSTER', 'INFO')
+  if type(info) == 'table' and info.err then
+    if string.find(info.err, 'cluster support disabled', 1, true) then
+      return 0
+    end
+    return nil, redis.error_reply('ERR slotlock fencing: CLUSTER INFO: ' .. info.err)
+  end
   local e = tonumber(string.match(info, 'cluster_my_epoch:(%d+)'))
   if not e then
     return nil, redis.error_reply('ERR slotlock fencing: no cluster_my_epoch in CLUSTER INFO')
