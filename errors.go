@@ -8,6 +8,7 @@ import (
 
 	"github.com/slotlock/slotlock/internal/protocol"
 	"github.com/slotlock/slotlock/internal/rediserr"
+	"github.com/slotlock/slotlock/internal/topology"
 )
 
 // Every error slotlock returns matches one of these with errors.Is, and its
@@ -43,6 +44,11 @@ var (
 	// keys' slots and the retries did not settle it (a resharding or a
 	// failover in progress). Nothing of that call was written.
 	ErrStaleTopology = rediserr.ErrStaleTopology
+	// ErrClientMode: the client is not a cluster client (rueidis
+	// ForceSingleClient, a sentinel client) but its server is one master
+	// of a Redis Cluster with several: most keys would be out of its
+	// reach. The message names the node; use a cluster client.
+	ErrClientMode = topology.ErrClientMode
 	// ErrReplicas: fewer replicas than Options.MinReplicas acknowledged
 	// the lock writes in time. The error is a *ReplicaError.
 	ErrReplicas = protocol.ErrReplicas

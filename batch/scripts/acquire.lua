@@ -81,7 +81,12 @@ local stop = last + 1 -- first key not taken
 local vals = {}
 local handed = {} -- keys reserved for this acquisition
 for i = first, last do
-  local v = redis.call('GET', keys[i])
+  local v = redis.pcall('GET', keys[i])
+  if type(v) == 'table' and v.err then
+    -- A value of another type, written by hand: name the key (Redis's
+    -- WRONGTYPE does not). Nothing is written yet.
+    return redis.error_reply(v.err .. ' (lock key ' .. keys[i] .. ')')
+  end
   local ours = v and reserved_for(v) == waiter
   if ours then
     v = nil
