@@ -24,7 +24,7 @@ var aclRules = []string{
 	"+evalsha", "+eval",
 	"+set", "+get", "+del", "+exists", "+pexpire", "+pttl", "+wait",
 	"+multi", "+exec", "+watch", "+unwatch",
-	"+incr", "+time", "+zadd", "+zrem", "+zrange", "+zcard",
+	"+time", "+zadd", "+zrem", "+zrange", "+zcard",
 	"+hset", "+hdel", "+hlen", "+hexists",
 	"+spublish", "+ssubscribe", "+sunsubscribe",
 }
