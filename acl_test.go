@@ -77,8 +77,12 @@ func aclDenials(t *testing.T, ctx context.Context, c *redistest.Cluster, user st
 // node must show no refusal. A user short of one permission gets
 // ErrPermission with the command named. Mutation: dropping "+cluster|info"
 // from aclRules fails the fenced lock (and names the command).
+//
+// Not parallel: its own six-node cluster and its TTL-bound renewals would
+// compete for the CPU with the shared cluster's timing-bound tests (a
+// 150 ms waiter in TestWaiterKeepsItsPrefix lost its prefix once when
+// both ran together on a loaded machine).
 func TestTLSAndACL(t *testing.T) {
-	t.Parallel()
 	ctx := ctxT(t, 3*time.Minute)
 	c := redistest.StartForTest(t, redistest.Options{TLS: true})
 	setUser(t, ctx, c, "app", aclRules...)

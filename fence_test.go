@@ -1,6 +1,9 @@
 package slotlock_test
 
 import (
+	"context"
+	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
@@ -93,5 +96,42 @@ func TestFencingTokensCarryTheEpoch(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkFencingCost locks and releases K random keys with and without
+// fencing tokens, side by side in one run: the price of drawing a token
+// per slot (one CLUSTER INFO per call, a GET and a SET per slot). Run
+// with -count to alternate the rounds; docs/design.md has the numbers.
+func BenchmarkFencingCost(b *testing.B) {
+	for _, k := range []int{1, 100} {
+		for _, fencing := range []bool{false, true} {
+			b.Run(fmt.Sprintf("K=%d/fencing=%v", k, fencing), func(b *testing.B) {
+				e := newEnv(b)
+				l := e.locker(slotlock.Options{TTL: 30 * time.Second, Strategy: slotlock.StrategyLua, Fencing: fencing})
+				ctx := context.Background()
+				r := rand.New(rand.NewPCG(2, uint64(k)))
+				keys := make([]string, k)
+				lockRelease := func() {
+					for i := range keys {
+						keys[i] = "order:" + strconv.Itoa(r.IntN(1_000_000))
+					}
+					lease, err := l.Lock(ctx, keys...)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := lease.Release(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+				lockRelease() // the slot map, the script cache
+				n := 0
+				for b.Loop() {
+					lockRelease()
+					n++
+				}
+				b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "batches/s")
+			})
+		}
 	}
 }
