@@ -83,9 +83,14 @@ local handed = {} -- keys reserved for this acquisition
 for i = first, last do
   local v = redis.pcall('GET', keys[i])
   if type(v) == 'table' and v.err then
-    -- A value of another type, written by hand: name the key (Redis's
-    -- WRONGTYPE does not). Nothing is written yet.
-    return redis.error_reply(v.err .. ' (lock key ' .. keys[i] .. ')')
+    -- Nothing is written yet. A value of another type, written by hand:
+    -- name the key (Redis's WRONGTYPE does not). Any other error (a key
+    -- of a slot this node no longer serves) goes back as it came, for
+    -- the engine to read.
+    if string.find(v.err, 'WRONGTYPE', 1, true) == 1 then
+      return redis.error_reply(v.err .. ' (lock key ' .. keys[i] .. ')')
+    end
+    return v
   end
   local ours = v and reserved_for(v) == waiter
   if ours then

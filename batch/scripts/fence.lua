@@ -55,7 +55,10 @@ end
 local function fence_draw(fk, e)
   local r = redis.pcall('GET', fk)
   if type(r) == 'table' and r.err then
-    return nil, redis.error_reply('ERR slotlock fencing counter ' .. fk .. ': ' .. r.err)
+    if string.find(r.err, 'WRONGTYPE', 1, true) == 1 then
+      return nil, redis.error_reply(r.err .. ' (fencing counter ' .. fk .. ')')
+    end
+    return nil, r -- a slot this node no longer serves: as it came
   end
   local c = 0
   if r then
