@@ -154,7 +154,13 @@ func TestTLSAndACL(t *testing.T) {
 	}
 	require.Empty(t, aclDenials(t, ctx, c, "app"), "ACL LOG of the user")
 
-	// Users short of one permission: the error says which command.
+	// Users short of one permission: the error says which command. PTTL
+	// runs only inside the acquire script (when a key is held), where
+	// Redis names no command: the engine reads it off the script's line.
+	// Mutation: explainDenial returning err unchanged fails the PTTL case.
+	holder := newLocker(slotlock.Options{TTL: 10 * time.Second})
+	held, err := holder.TryLock(ctx, keys[0])
+	require.NoError(t, err)
 	for _, tc := range []struct {
 		drop, want string
 		opt        slotlock.Options
@@ -162,6 +168,7 @@ func TestTLSAndACL(t *testing.T) {
 		{"+cluster|info", "CLUSTER INFO", slotlock.Options{Strategy: slotlock.StrategyLua, Fencing: true}},
 		{"+evalsha", "evalsha", slotlock.Options{Strategy: slotlock.StrategyLua}},
 		{"+multi", "multi", slotlock.Options{Strategy: slotlock.StrategyPipeline}},
+		{"+pttl", "PTTL, line", slotlock.Options{Strategy: slotlock.StrategyLua}},
 	} {
 		var rules []string
 		for _, r := range aclRules {
@@ -171,18 +178,37 @@ func TestTLSAndACL(t *testing.T) {
 		}
 		user := "short-" + strings.NewReplacer("+", "", "|", "-").Replace(tc.drop)
 		setUser(t, ctx, c, user, rules...)
-		tc.opt.Prefix = "app"
+		tc.opt.Prefix, tc.opt.TTL = "app", time.Second
 		l, err := slotlock.New(userClient(t, c, user), tc.opt)
 		require.NoError(t, err)
-		le, err := l.TryLock(ctx, keys...)
+		own := keysN(user, 8)
+		batch := own
+		if tc.drop == "+pttl" {
+			batch = append(batch, keys[0]) // held: the script asks its PTTL
+		}
+		le, err := l.TryLock(ctx, batch...)
 		if err == nil && tc.opt.Strategy == slotlock.StrategyPipeline {
-			err = le.Release(ctx) // the pipeline strategy's release is where MULTI runs
+			// The pipeline strategy's release is where MULTI runs; its
+			// keys then expire by their TTL (1 s here).
+			err = le.Release(ctx)
+			for _, k := range own {
+				pttl, perr := cl.Do(ctx, cl.B().Pttl().Key(names.LockKey(k)).Build()).AsInt64()
+				require.NoError(t, perr)
+				require.LessOrEqual(t, pttl, int64(1000), k)
+			}
+		} else {
+			for _, k := range own {
+				n, err := cl.Do(ctx, cl.B().Exists().Key(names.LockKey(k)).Build()).AsInt64()
+				require.NoError(t, err)
+				require.Zero(t, n, "%s: %s left", tc.drop, k)
+			}
 		}
 		t.Logf("without %s: %v", tc.drop, err)
 		require.ErrorIs(t, err, slotlock.ErrPermission, tc.drop)
 		require.ErrorContains(t, err, tc.want, tc.drop)
 		require.NoError(t, l.Close())
 	}
+	require.NoError(t, held.Release(ctx))
 	// Nothing left locked by anyone.
 	for _, k := range keys {
 		n, err := cl.Do(ctx, cl.B().Exists().Key(names.LockKey(k)).Build()).AsInt64()

@@ -33,12 +33,7 @@ type NodeError struct {
 }
 
 func (e *NodeError) Error() string {
-	msg := fmt.Sprintf("slotlock: %s on node %s (%d keys): %v", e.Op, e.Node, e.Keys, e.Err)
-	if rediserr.DeniedInScript(e.Err) {
-		// Redis names the command at top level, not inside a script.
-		msg += fmt.Sprintf(" (refused by the ACL: a command, key or channel of the %s script; the node's ACL LOG names it, docs/acl.md lists what each script needs)", e.Op)
-	}
-	return msg
+	return fmt.Sprintf("slotlock: %s on node %s (%d keys): %v", e.Op, e.Node, e.Keys, e.Err)
 }
 
 // Unwrap lets errors.Is match the kind and the cause, and

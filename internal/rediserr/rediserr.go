@@ -62,9 +62,25 @@ func Denied(err error) bool {
 }
 
 // DeniedInScript reports an ACL refusal of a command a script ran, which
-// Redis does not name (Denied).
-func DeniedInScript(err error) bool {
-	return Denied(err) && strings.Contains(err.Error(), "The user executing the script can't")
+// Redis does not name (Denied), and the script's line that ran it: Redis
+// ends a script's error with "on @user_script:N." (0 when it does not).
+func DeniedInScript(err error) (line int, ok bool) {
+	if !Denied(err) || !strings.Contains(err.Error(), "The user executing the script can't") {
+		return 0, false
+	}
+	msg := err.Error()
+	if i := strings.LastIndex(msg, "@user_script:"); i >= 0 {
+		rest := msg[i+len("@user_script:"):]
+		n := 0
+		for _, r := range rest {
+			if r < '0' || r > '9' {
+				break
+			}
+			n = n*10 + int(r-'0')
+		}
+		return n, true
+	}
+	return 0, true
 }
 
 // Kind returns ErrRedis, ErrUnknownOutcome or ErrStaleTopology for the
