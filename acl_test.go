@@ -73,7 +73,8 @@ func aclDenials(t *testing.T, ctx context.Context, c *redistest.Cluster, user st
 // TestTLSAndACL runs the lock path over TLS as an ACL user limited to the
 // prefix's keys and channels and the commands of docs/acl.md: plain and
 // fenced batches in both script modes, renewal, a waiter woken through
-// its sharded channel, and the pipeline strategy; the ACL LOG of every
+// its sharded channel, the pipeline strategy, reentrant holds and a
+// guarded write; the ACL LOG of every
 // node must show no refusal. A user short of one permission gets
 // ErrPermission with the command named. Mutation: dropping "+cluster|info"
 // from aclRules fails the fenced lock (and names the command).
@@ -152,6 +153,26 @@ func TestTLSAndACL(t *testing.T) {
 		require.NoError(t, la.Release(ctx), name)
 		require.NoError(t, <-got, name)
 	}
+	// Reentrant holds (hold sets) and a guarded write on a user key under
+	// the prefix.
+	r := newLocker(slotlock.Options{Strategy: slotlock.StrategyLua, TTL: 10 * time.Second})
+	octx := slotlock.WithOwner(ctx, "job-1")
+	h1, err := r.Lock(octx, keys[:5]...)
+	require.NoError(t, err)
+	h2, err := r.Lock(octx, keys[2:8]...)
+	require.NoError(t, err, "reentrant")
+	require.NoError(t, h1.Release(ctx))
+	require.NoError(t, h2.Release(ctx))
+	g, err := r.Lock(ctx, "app:order")
+	require.NoError(t, err)
+	_, err = g.Guard(ctx, []string{"app:order"}, "SET", "app:order", "paid")
+	require.NoError(t, err, "guarded write")
+	require.NoError(t, g.Release(ctx))
+	v, err := cl.Do(ctx, cl.B().Get().Key("app:order").Build()).ToString()
+	require.NoError(t, err)
+	require.Equal(t, "paid", v)
+	require.NoError(t, cl.Do(ctx, cl.B().Del().Key("app:order").Build()).Error())
+
 	require.Empty(t, aclDenials(t, ctx, c, "app"), "ACL LOG of the user")
 
 	// Users short of one permission: the error says which command. PTTL
