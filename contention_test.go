@@ -358,6 +358,21 @@ func TestStandaloneServer(t *testing.T) {
 	require.NoError(t, la.Release(ctx))
 	require.NoError(t, <-got)
 	require.Empty(t, e.lockKeys())
+
+	// Fencing on a server without cluster mode: it refuses CLUSTER INFO,
+	// and its tokens are drawn under epoch 0 (batch/scripts/fence.lua).
+	f := e.locker(slotlock.Options{TTL: 10 * time.Second, Fencing: true})
+	var last int64
+	for range 3 {
+		le, err := f.Lock(ctx, "fenced", "y")
+		require.NoError(t, err)
+		tok, ok := le.FencingToken("fenced")
+		require.True(t, ok)
+		require.Greater(t, tok, last)
+		require.Less(t, tok, int64(1)<<32, "epoch 0")
+		last = tok
+		require.NoError(t, le.Release(ctx))
+	}
 }
 
 // TestWaiterKeepsItsPrefix: a batch that waits keeps the keys below the one

@@ -8,6 +8,7 @@ import (
 
 	"github.com/slotlock/slotlock/internal/protocol"
 	"github.com/slotlock/slotlock/internal/rediserr"
+	"github.com/slotlock/slotlock/internal/topology"
 )
 
 // Every error slotlock returns matches one of these with errors.Is, and its
@@ -43,6 +44,17 @@ var (
 	// keys' slots and the retries did not settle it (a resharding or a
 	// failover in progress). Nothing of that call was written.
 	ErrStaleTopology = rediserr.ErrStaleTopology
+	// ErrClientMode: the client is not a cluster client (rueidis
+	// ForceSingleClient, a sentinel client) but its server is one master
+	// of a Redis Cluster with several: most keys would be out of its
+	// reach. The message names the node; use a cluster client.
+	ErrClientMode = topology.ErrClientMode
+	// ErrPermission: the server's ACL refused a command, key or channel
+	// to the client's user; it comes with ErrRedis and a *NodeError
+	// naming the node and the command (inside a script Redis 7.0 names
+	// none: the message says which script). docs/acl.md lists the rules a
+	// user needs.
+	ErrPermission = rediserr.ErrPermission
 	// ErrReplicas: fewer replicas than Options.MinReplicas acknowledged
 	// the lock writes in time. The error is a *ReplicaError.
 	ErrReplicas = protocol.ErrReplicas
@@ -118,8 +130,11 @@ func (e *NodeError) Error() string {
 	return (&protocol.NodeError{Node: e.Node, Op: e.Op, Keys: e.Keys, Err: e.Err}).Error()
 }
 
-// Unwrap lets errors.Is match both the kind and the cause.
-func (e *NodeError) Unwrap() []error { return []error{e.Kind, e.Err} }
+// Unwrap lets errors.Is match the kind and the cause, and ErrPermission
+// for a refusal of the server's ACL.
+func (e *NodeError) Unwrap() []error {
+	return (&protocol.NodeError{Node: e.Node, Op: e.Op, Keys: e.Keys, Kind: e.Kind, Err: e.Err}).Unwrap()
+}
 
 // LostError names the keys a lease found it no longer holds.
 // errors.Is(err, ErrNotHeld) and errors.Is(err, ErrLeaseLost) hold.

@@ -114,6 +114,10 @@ func (le *Lease) Deadline() time.Time {
 // grant of that key, to whomever. A store that remembers the largest token
 // it has seen per key and refuses writes with a smaller one cannot be
 // corrupted by a holder that lost its lease without knowing (a long pause).
+// Across a failover, no token is handed out twice and a grant of the
+// deposed master is below every grant of its successor, even when
+// replication lost the lock itself: the token carries the master's config
+// epoch in its high bits (epoch * 2^32 + n, below 2^53; docs/safety.md).
 // It returns false when fencing is off or key is not one of the lease's.
 func (le *Lease) FencingToken(key string) (int64, bool) {
 	le.mu.Lock()

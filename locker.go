@@ -130,6 +130,11 @@ func (l *Locker) TryLock(ctx context.Context, keys ...string) (*Lease, error) {
 // releases the keys whatever fn returns. It returns fn's error joined with
 // the lease's loss and any release error.
 func (l *Locker) Do(ctx context.Context, keys []string, fn func(ctx context.Context) error) error {
+	if fn == nil {
+		// Refused before locking: a nil call would panic with the keys
+		// held, and the watchdog would keep them until the process died.
+		return fmt.Errorf("%w: Do with a nil function", ErrInvalid)
+	}
 	lease, err := l.Lock(ctx, keys...)
 	if err != nil {
 		return err

@@ -42,9 +42,10 @@ type Options struct {
 	// default it does, until each lease is released.
 	Renew Renew
 	// Fencing gives every grant a fencing token per key (Lease.FencingToken),
-	// strictly increasing across grants of that key. It costs one counter
-	// increment per slot of the batch, and needs scripts (not with
-	// StrategyPipeline).
+	// strictly increasing across grants of that key, and carrying the
+	// master's config epoch so that a failover cannot repeat one. It costs
+	// one counter write per slot of the batch and one CLUSTER INFO per
+	// call, and needs scripts (not with StrategyPipeline).
 	Fencing bool
 	// MinReplicas, when above zero, makes every acquisition wait until that
 	// many replicas of each master involved acknowledged the lock writes

@@ -60,5 +60,5 @@ func (e *Engine) Guard(ctx context.Context, set *protocol.Set, idx []int, who pr
 		}
 	}
 	node := "slot " + strconv.Itoa(int(slot.KeySlot(userKeys[0])))
-	return rueidis.RedisMessage{}, nil, protocol.NewNodeError(node, s.name, len(keys), err)
+	return rueidis.RedisMessage{}, nil, protocol.NewNodeError(node, s.name, len(keys), s.explainDenial(err))
 }

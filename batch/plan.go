@@ -156,7 +156,7 @@ func (e *Engine) build(c call, j job, eval bool) rueidis.Completed {
 // classify turns a failed call's error into a NodeError of the right kind.
 // It reports whether the server refused the allow-cross-slot-keys flag.
 func classify(s *script, c call, err error) (ne *protocol.NodeError, flagRefused bool) {
-	ne = protocol.NewNodeError(c.node, s.name, len(c.idx), err)
+	ne = protocol.NewNodeError(c.node, s.name, len(c.idx), s.explainDenial(err))
 	if _, ok := err.(noNodeClient); ok {
 		ne.Kind = rediserr.ErrStaleTopology
 	}

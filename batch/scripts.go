@@ -4,9 +4,13 @@ import (
 	"crypto/sha1"
 	_ "embed"
 	"encoding/hex"
+	"fmt"
+	"regexp"
+	"strings"
 
 	"github.com/redis/rueidis"
 
+	"github.com/slotlock/slotlock/internal/rediserr"
 	"github.com/slotlock/slotlock/reentrant"
 )
 
@@ -15,6 +19,8 @@ var (
 	commonLua string
 	//go:embed scripts/acquire.lua
 	acquireBody string
+	//go:embed scripts/fence.lua
+	fenceLua string
 	//go:embed scripts/release.lua
 	releaseBody string
 	//go:embed scripts/release1.lua
@@ -74,13 +80,48 @@ func newScript(name, body string, allowOOM bool) *script {
 	return s
 }
 
+// explainDenial adds to an ACL refusal of a command inside the script
+// what Redis 7.0 leaves out: which command. Redis names the script's line
+// (rediserr.DeniedInScript); the line's redis.call or redis.pcall names
+// the command. Other errors come back unchanged.
+func (s *script) explainDenial(err error) error {
+	line, ok := rediserr.DeniedInScript(err)
+	if !ok {
+		return err
+	}
+	if cmd := commandOnLine(s.nodeText, line); cmd != "" {
+		return fmt.Errorf("%w (refused by the ACL: %s, line %d of the %s script; docs/acl.md lists what each script needs)", err, cmd, line, s.name)
+	}
+	return fmt.Errorf("%w (refused by the ACL: a command, key or channel of the %s script; the node's ACL LOG names it, docs/acl.md)", err, s.name)
+}
+
+// commandOnLine returns the command that line n (1-based) of text runs
+// through redis.call or redis.pcall, with its subcommand when it has one
+// ("CLUSTER INFO"), or "" when the line runs none. (The node and slot
+// forms of a script differ only in their first line, the shebang.)
+func commandOnLine(text string, n int) string {
+	lines := strings.Split(text, "\n")
+	if n < 1 || n > len(lines) {
+		return ""
+	}
+	m := callRE.FindStringSubmatch(lines[n-1])
+	if m == nil {
+		return ""
+	}
+	return strings.TrimSpace(m[1] + " " + m[2])
+}
+
+var callRE = regexp.MustCompile(`redis\.p?call\('([A-Za-z]+)'(?:, '([A-Z]+)')?`)
+
 func sha1Hex(s string) string {
 	sum := sha1.Sum([]byte(s))
 	return hex.EncodeToString(sum[:])
 }
 
 var (
-	acquireScript = newScript("acquire", acquireBody, false)
+	// acquireScript alone draws fencing tokens: fence.lua's helpers go
+	// before its body.
+	acquireScript = newScript("acquire", fenceLua+acquireBody, false)
 	releaseScript = newScript("release", releaseBody, true)
 	extendScript  = newScript("extend", extendBody, true)
 	guardScript   = newScript("guard", guardBody, false)

@@ -81,7 +81,17 @@ local stop = last + 1 -- first key not taken
 local vals = {}
 local handed = {} -- keys reserved for this acquisition
 for i = first, last do
-  local v = redis.call('GET', keys[i])
+  local v = redis.pcall('GET', keys[i])
+  if type(v) == 'table' and v.err then
+    -- Nothing is written yet. A value of another type, written by hand:
+    -- name the key (Redis's WRONGTYPE does not). Any other error (a key
+    -- of a slot this node no longer serves) goes back as it came, for
+    -- the engine to read.
+    if string.find(v.err, 'WRONGTYPE', 1, true) == 1 then
+      return redis.error_reply(v.err .. ' (lock key ' .. keys[i] .. ')')
+    end
+    return v
+  end
   local ours = v and reserved_for(v) == waiter
   if ours then
     v = nil
@@ -113,21 +123,41 @@ if not wait and stop <= last then
   return out
 end
 
-local fence_slot, fence = nil, 0
+-- Draw every slot's fencing token before the first write (fence.lua): a
+-- refused draw returns an error with nothing written.
+local fences, stored = {}, {}
+if fencing then
+  local epoch, err = fence_epoch()
+  if not epoch then
+    return err
+  end
+  for i = first, stop - 1 do
+    local fk = slot_key(keys[i], '#fence')
+    if not vals[i] and not fences[fk] then
+      local f, ferr = fence_draw(fk, epoch)
+      if not f then
+        return ferr
+      end
+      fences[fk] = f
+    end
+  end
+end
+
 for i = first, stop - 1 do
   local k, v = keys[i], vals[i]
   local f = 0
   if not v then
     local val = holder
     if fencing then
-      -- One increment per slot and grant: every grant of a key takes a
+      -- One token per slot and grant: every grant of a key takes a
       -- number above every earlier grant in its slot.
       local fk = slot_key(k, '#fence')
-      if fk ~= fence_slot then
-        fence_slot, fence = fk, redis.call('INCR', fk)
+      f = fences[fk]
+      if not stored[fk] then
+        fence_store(fk, f)
+        stored[fk] = true
       end
-      f = fence
-      val = holder .. '.' .. f
+      val = holder .. '.' .. string.format('%d', f) -- tostring would print large tokens in exponent form
     end
     if handed[i] and leave_queue(k, waiter) then
       val = val .. '!' -- others still wait: its release hands it on

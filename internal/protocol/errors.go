@@ -36,8 +36,14 @@ func (e *NodeError) Error() string {
 	return fmt.Sprintf("slotlock: %s on node %s (%d keys): %v", e.Op, e.Node, e.Keys, e.Err)
 }
 
-// Unwrap lets errors.Is match both the kind and the cause.
-func (e *NodeError) Unwrap() []error { return []error{e.Kind, e.Err} }
+// Unwrap lets errors.Is match the kind and the cause, and
+// rediserr.ErrPermission for a refusal of the ACL.
+func (e *NodeError) Unwrap() []error {
+	if rediserr.Denied(e.Err) {
+		return []error{e.Kind, e.Err, rediserr.ErrPermission}
+	}
+	return []error{e.Kind, e.Err}
+}
 
 // NewNodeError classifies err (rediserr.Kind) into a NodeError.
 func NewNodeError(node, op string, keys int, err error) *NodeError {

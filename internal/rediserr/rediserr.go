@@ -27,6 +27,11 @@ var (
 	// serves (all of) its keys' slots: nothing of it was written, and a
 	// fresh slot map will route it right.
 	ErrStaleTopology = errors.New("slotlock: topology changed")
+	// ErrPermission is an error reply of the server's ACL: the user may
+	// not run a command, or touch a key or channel. It comes with
+	// ErrRedis (errors.Is matches both); nothing of the refused command
+	// ran.
+	ErrPermission = errors.New("slotlock: refused by the server's ACL")
 )
 
 // reply returns the error reply inside err, which may wrap it (rueidis's
@@ -39,6 +44,43 @@ func reply(err error) (*rueidis.RedisError, bool) {
 		return nil, false
 	}
 	return re, true
+}
+
+// Denied reports an error reply of the server's ACL. At top level Redis
+// answers NOPERM and names the command ("no permissions to run the 'set'
+// command") or says a key or channel was refused; inside a script Redis
+// 7.0 answers "The user executing the script can't run this command or
+// subcommand" (or "... access at least one of the keys", "... publish to
+// the channel") and names nothing: its ACL LOG does.
+func Denied(err error) bool {
+	re, ok := reply(err)
+	if !ok {
+		return false
+	}
+	msg := re.Error()
+	return strings.HasPrefix(msg, "NOPERM") || strings.Contains(msg, "The user executing the script can't")
+}
+
+// DeniedInScript reports an ACL refusal of a command a script ran, which
+// Redis does not name (Denied), and the script's line that ran it: Redis
+// ends a script's error with "on @user_script:N." (0 when it does not).
+func DeniedInScript(err error) (line int, ok bool) {
+	if !Denied(err) || !strings.Contains(err.Error(), "The user executing the script can't") {
+		return 0, false
+	}
+	msg := err.Error()
+	if i := strings.LastIndex(msg, "@user_script:"); i >= 0 {
+		rest := msg[i+len("@user_script:"):]
+		n := 0
+		for _, r := range rest {
+			if r < '0' || r > '9' {
+				break
+			}
+			n = n*10 + int(r-'0')
+		}
+		return n, true
+	}
+	return 0, true
 }
 
 // Kind returns ErrRedis, ErrUnknownOutcome or ErrStaleTopology for the

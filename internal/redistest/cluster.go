@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -19,6 +20,20 @@ type nodeSpec struct {
 	bus       int
 	clustered bool
 	extra     []string
+	// tls, when set, makes the node serve TLS only; tlsDir is where the
+	// node itself finds the files (set by the launcher: a host path, or
+	// the container's).
+	tls    *tlsMaterial
+	tlsDir string
+}
+
+// tlsClient returns the client TLS configuration for the node, nil
+// without TLS.
+func (s nodeSpec) tlsClient() *tls.Config {
+	if s.tls == nil {
+		return nil
+	}
+	return s.tls.client
 }
 
 func (s nodeSpec) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
@@ -46,6 +61,9 @@ func serverArgs(spec nodeSpec, dir string) []string {
 			"--cluster-port", strconv.Itoa(spec.bus),
 		)
 	}
+	if spec.tls != nil {
+		args = append(args, tlsArgs(strconv.Itoa(spec.port), spec.tlsDir)...)
+	}
 	return append(args, spec.extra...)
 }
 
@@ -68,6 +86,7 @@ type Cluster struct {
 	opt        Options
 	launcher   launcher
 	nodes      []*Node
+	tls        *tlsMaterial // with Options.TLS
 
 	// startErr is set on the placeholder that Main leaves when no cluster
 	// could be started, so that Require can say why.
@@ -129,6 +148,12 @@ func startOn(ctx context.Context, opt Options, clustered bool, backend Backend) 
 		return nil, err
 	}
 	c := &Cluster{backend: backend, standalone: !clustered, opt: opt, launcher: l}
+	if opt.TLS {
+		if c.tls, err = newTLSMaterial(); err != nil {
+			l.close(ctx)
+			return nil, err
+		}
+	}
 	n := 1
 	if clustered {
 		n = opt.Masters * (1 + opt.Replicas)
@@ -168,6 +193,7 @@ func (c *Cluster) launchNode(ctx context.Context, i int, clustered bool) (*Node,
 			bus:       leases[1].port,
 			clustered: clustered,
 			extra:     c.opt.ExtraArgs,
+			tls:       c.tls,
 		}
 		run, err := c.launcher.launch(ctx, spec)
 		if err != nil {
@@ -213,6 +239,7 @@ func (c *Cluster) Close() error {
 		if c.launcher != nil {
 			errs = append(errs, c.launcher.close(ctx))
 		}
+		c.tls.remove()
 		c.closeErr = errors.Join(errs...)
 	})
 	return c.closeErr
@@ -265,7 +292,7 @@ func (c *Cluster) Client(opts ...func(*rueidis.ClientOption)) (rueidis.Client, e
 	if len(seeds) == 0 {
 		seeds = c.Addrs()
 	}
-	o := rueidis.ClientOption{InitAddress: seeds, ForceSingleClient: c.standalone}
+	o := rueidis.ClientOption{InitAddress: seeds, ForceSingleClient: c.standalone, TLSConfig: c.TLSConfig()}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -274,6 +301,16 @@ func (c *Cluster) Client(opts ...func(*rueidis.ClientOption)) (rueidis.Client, e
 		return nil, fmt.Errorf("redistest: client for %v: %w", seeds, err)
 	}
 	return cl, nil
+}
+
+// TLSConfig returns a client TLS configuration that trusts the cluster's
+// certificate (a new copy each call), or nil when the cluster was not
+// started with Options.TLS.
+func (c *Cluster) TLSConfig() *tls.Config {
+	if c.tls == nil {
+		return nil
+	}
+	return c.tls.client.Clone()
 }
 
 // FlushAll empties every master (replicas follow), so that test cases

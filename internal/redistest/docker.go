@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -102,6 +103,7 @@ func (l *dockerLauncher) launch(ctx context.Context, spec nodeSpec) (nodeRunner,
 		Image: l.image,
 		Name:  fmt.Sprintf("slotlock-%s-%d", l.cluster, spec.port),
 		Cmd:   append([]string{"redis-server"}, serverArgs(spec, "/data")...),
+		Files: tlsFiles(spec),
 		Labels: map[string]string{
 			labelHarness: "1",
 			labelCluster: l.cluster,
@@ -123,9 +125,9 @@ func (l *dockerLauncher) launch(ctx context.Context, spec nodeSpec) (nodeRunner,
 		// failing test's output; errors below carry the node's own log.
 		Logger: tclog.NewNoopLogger(),
 	})
-	r := &containerRunner{cli: l.cli, ctr: ctr, addr: spec.addr()}
+	r := &containerRunner{cli: l.cli, ctr: ctr, addr: spec.addr(), tls: spec.tlsClient()}
 	if err == nil {
-		err = waitPing(ctx, spec.addr(), 20*time.Second, nil)
+		err = waitPing(ctx, spec.addr(), r.tls, 20*time.Second, nil)
 	}
 	if err != nil {
 		if ctr != nil && strings.Contains(r.logTail(ctx), "Address already in use") {
@@ -155,6 +157,20 @@ type containerRunner struct {
 	cli  *testcontainers.DockerClient
 	ctr  testcontainers.Container
 	addr string
+	tls  *tls.Config // nil without TLS
+}
+
+// tlsFiles copies the TLS files into the container's /data, where
+// serverArgs points the server (spec.tlsDir).
+func tlsFiles(spec nodeSpec) []testcontainers.ContainerFile {
+	if spec.tls == nil {
+		return nil
+	}
+	var out []testcontainers.ContainerFile
+	for name, p := range spec.tls.files {
+		out = append(out, testcontainers.ContainerFile{HostFilePath: p, ContainerFilePath: "/data/" + name, FileMode: 0o644})
+	}
+	return out
 }
 
 func (r *containerRunner) id() string { return r.ctr.GetContainerID() }
@@ -184,7 +200,7 @@ func (r *containerRunner) restart(ctx context.Context) error {
 	if err := r.ctr.Start(ctx); err != nil {
 		return err
 	}
-	return waitPing(ctx, r.addr, 20*time.Second, nil)
+	return waitPing(ctx, r.addr, r.tls, 20*time.Second, nil)
 }
 
 func (r *containerRunner) kill(ctx context.Context) error {

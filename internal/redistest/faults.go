@@ -166,6 +166,12 @@ func ownEpoch(ctx context.Context, n *Node) (int64, error) {
 	return epochSeenBy(ctx, n, n.id)
 }
 
+// ConfigEpoch returns the config epoch n announces for itself: for a
+// master, the epoch a Locker's fencing tokens are drawn under on it
+// (batch/scripts/fence.lua); a promoted replica announces a larger one
+// than every master before it.
+func (n *Node) ConfigEpoch(ctx context.Context) (int64, error) { return ownEpoch(ctx, n) }
+
 // epochSeenBy returns the config epoch that node n has for the node with
 // id: field 7 of its CLUSTER NODES line.
 func epochSeenBy(ctx context.Context, n *Node, id string) (int64, error) {

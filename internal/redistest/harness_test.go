@@ -152,7 +152,7 @@ func TestKillRestartReplica(t *testing.T) {
 	if err := r.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	if err := pingAddr(ctx, r.Addr()); err == nil {
+	if err := pingAddr(ctx, r.Addr(), nil); err == nil {
 		t.Fatalf("killed node %s still answers PING", r)
 	}
 	// The shard keeps its master: the cluster stays ready without r.
@@ -216,7 +216,7 @@ func TestPauseResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	err = pingAddr(pctx, r.Addr())
+	err = pingAddr(pctx, r.Addr(), nil)
 	cancel()
 	if err == nil {
 		t.Fatalf("paused node %s answers PING", r)
@@ -229,7 +229,7 @@ func TestPauseResume(t *testing.T) {
 	if err := r.Resume(); err != nil {
 		t.Fatal(err)
 	}
-	if err := pingAddr(ctx, r.Addr()); err != nil {
+	if err := pingAddr(ctx, r.Addr(), nil); err != nil {
 		t.Fatalf("resumed node %s: %v", r, err)
 	}
 }
@@ -458,7 +458,7 @@ func TestBackends(t *testing.T) {
 				t.Fatal(err)
 			}
 			pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-			perr := pingAddr(pctx, r.Addr())
+			perr := pingAddr(pctx, r.Addr(), nil)
 			cancel()
 			if perr == nil {
 				t.Fatalf("paused %s answers PING", r)
@@ -560,7 +560,7 @@ func checkClose(t *testing.T, c *Cluster) {
 		}
 	}
 	for _, n := range c.nodes {
-		if err := pingAddr(context.Background(), n.Addr()); err == nil {
+		if err := pingAddr(context.Background(), n.Addr(), nil); err == nil {
 			t.Errorf("node %s answers after Close", n.Addr())
 		}
 	}

@@ -3,6 +3,7 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -139,6 +140,7 @@ func (n *Node) conn() (rueidis.Client, error) {
 		DisableRetry:      true,
 		Dialer:            net.Dialer{Timeout: 2 * time.Second},
 		ConnWriteTimeout:  5 * time.Second,
+		TLSConfig:         n.cluster.TLSConfig(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("redistest: connect to node %s: %w", n.Addr(), err)
@@ -264,9 +266,17 @@ func (n *Node) Resume() error {
 // pingAddr sends PING over a fresh connection. Start-up and Restart use it
 // instead of a rueidis client so that a node that is still coming up is not
 // left with a client in a broken state.
-func pingAddr(ctx context.Context, addr string) error {
+func pingAddr(ctx context.Context, addr string, cfg *tls.Config) error {
 	d := net.Dialer{Timeout: time.Second}
-	conn, err := d.DialContext(ctx, "tcp", addr)
+	var (
+		conn net.Conn
+		err  error
+	)
+	if cfg != nil {
+		conn, err = (&tls.Dialer{NetDialer: &d, Config: cfg}).DialContext(ctx, "tcp", addr)
+	} else {
+		conn, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return err
 	}
@@ -291,7 +301,7 @@ func pingAddr(ctx context.Context, addr string) error {
 
 // waitPing polls until addr answers PING, exited reports that the node died
 // (then its error is returned at once), or the time is up.
-func waitPing(ctx context.Context, addr string, limit time.Duration, exited func() error) error {
+func waitPing(ctx context.Context, addr string, cfg *tls.Config, limit time.Duration, exited func() error) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	var last error
@@ -301,7 +311,7 @@ func waitPing(ctx context.Context, addr string, limit time.Duration, exited func
 				return err
 			}
 		}
-		if last = pingAddr(ctx, addr); last == nil {
+		if last = pingAddr(ctx, addr, cfg); last == nil {
 			return nil
 		}
 		select {

@@ -57,6 +57,11 @@ type Options struct {
 	// ExtraArgs are appended to every redis-server command line, for tests
 	// that need a server setting (e.g. "--maxmemory", "10mb").
 	ExtraArgs []string
+	// TLS starts every node with TLS only (no plain port), on the client
+	// port, the cluster bus and replication, with a CA and certificate
+	// made at start with Go's crypto; Cluster.Client and every harness
+	// connection use it, Cluster.TLSConfig gives it to other clients.
+	TLS bool
 }
 
 // NoReplicas in Options.Replicas asks for masters without replicas; a plain

@@ -3,6 +3,7 @@ package redistest
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -38,9 +39,12 @@ func (l *processLauncher) launch(ctx context.Context, spec nodeSpec) (nodeRunner
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("redistest: node dir: %w", err)
 	}
+	if spec.tls != nil {
+		spec.tlsDir = spec.tls.dir
+	}
 	args := serverArgs(spec, dir)
 	args = append(args, "--logfile", filepath.Join(dir, "redis.log"))
-	r := &processRunner{bin: l.bin, dir: dir, args: args, addr: spec.addr()}
+	r := &processRunner{bin: l.bin, dir: dir, args: args, addr: spec.addr(), tls: spec.tlsClient()}
 	if err := r.start(ctx); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -65,6 +69,7 @@ type processRunner struct {
 	dir  string
 	args []string
 	addr string
+	tls  *tls.Config // nil without TLS
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -110,7 +115,7 @@ func (r *processRunner) start(ctx context.Context) error {
 		}
 		return fmt.Errorf("redistest: node %s exited at start-up (%s); log ends:\n%s", r.addr, cmd.ProcessState, tail)
 	}
-	if err := waitPing(ctx, r.addr, 20*time.Second, exited); err != nil {
+	if err := waitPing(ctx, r.addr, r.tls, 20*time.Second, exited); err != nil {
 		r.kill(context.Background())
 		return err
 	}

@@ -90,13 +90,24 @@ func (s *Source) Refresh(ctx context.Context, seen uint64) (*slot.Map, error) {
 	return m, nil
 }
 
+// ErrClientMode reports a client that cannot reach every slot: a
+// standalone (or sentinel) client whose server is one master of a Redis
+// Cluster with several. Every call for another master's slot would come
+// back MOVED, and the client would never follow; a new attempt cannot fix
+// that, a cluster client can.
+var ErrClientMode = errors.New("slotlock: not a cluster client, but the server is one master of a cluster")
+
 // Read fetches the slot map once. A standalone (or sentinel) client gets a
-// map where its one node owns every slot.
+// map where its one node owns every slot, unless that node is in cluster
+// mode and does not serve every slot (ErrClientMode).
 func Read(ctx context.Context, c rueidis.Client) (*slot.Map, error) {
 	if c.Mode() != rueidis.ClientModeCluster {
 		addr := "standalone"
 		for a := range c.Nodes() {
 			addr = a
+		}
+		if err := singleNodeFits(ctx, c, addr); err != nil {
+			return nil, err
 		}
 		return slot.SingleNode(addr), nil
 	}
@@ -118,6 +129,19 @@ func Read(ctx context.Context, c rueidis.Client) (*slot.Map, error) {
 		}
 	}
 	return nil, err
+}
+
+// singleNodeFits returns ErrClientMode, naming the node, when the one
+// node of a non-cluster client is a cluster master that does not own every
+// slot. A server without cluster mode refuses CLUSTER SHARDS and
+// CLUSTER SLOTS, and that refusal (or any error reading them) is taken as
+// "not a cluster": the client's own commands will say more than a guess.
+func singleNodeFits(ctx context.Context, c rueidis.Client, addr string) error {
+	m, err := readFrom(ctx, c)
+	if err != nil || len(m.Addrs) <= 1 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s is one of %d masters (a rueidis client made with ForceSingleClient, or a sentinel client?): use a cluster client", ErrClientMode, addr, len(m.Addrs))
 }
 
 // readFrom asks one client (the cluster client, or one node's own) for the
