@@ -178,6 +178,8 @@ func public(err error) error {
 			out.Shortfalls[i] = ReplicaShortfall(s)
 		}
 		return out
+	case *protocol.LimitError:
+		return fmt.Errorf("%w: %s", ErrInvalid, strings.TrimPrefix(e.Error(), "slotlock: "))
 	case *protocol.Wrapped:
 		return fmt.Errorf("slotlock: %s: %w", e.Msg, public(e.Err))
 	case interface{ Unwrap() []error }:

@@ -332,3 +332,50 @@ func ExampleObserver() {
 	fmt.Println(obs.grants, "grants,", obs.lost, "lost")
 	// Output: 3 grants, 0 lost
 }
+
+func ExampleLocker_Acquire() {
+	client := exampleClient()
+	defer client.Close()
+	locker := newExampleLocker(client, slotlock.Options{Prefix: "example-acquire"})
+	defer locker.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+
+	// Change an order while its customer and price list must not change
+	// (shared: other orders may read them too), and take one of the
+	// warehouse's 4 picking slots; all of it or nothing.
+	job := slotlock.Request{
+		Exclusive: []string{"order:17"},
+		Shared:    []string{"customer:9", "pricelist:eu"},
+		Permits:   []slotlock.Permit{{Resource: "warehouse:3:pickers", Units: 1, Limit: 4}},
+		TTL:       5 * time.Second,
+		Wait:      2 * time.Second,
+	}
+	lease, err := locker.Acquire(ctx, job)
+	if err != nil {
+		panic(err) // errors.Is(err, slotlock.ErrNotAcquired) if still held after 2 s
+	}
+	// Another order of the same customer gets in at the same time.
+	other, err := locker.Acquire(ctx, slotlock.Request{
+		Exclusive: []string{"order:18"},
+		Shared:    []string{"customer:9"},
+		Permits:   []slotlock.Permit{{Resource: "warehouse:3:pickers", Units: 1, Limit: 4}},
+	})
+	fmt.Println("second order:", err)
+	// A writer of the customer is refused while they read it.
+	_, err = locker.Acquire(ctx, slotlock.Request{Exclusive: []string{"customer:9"}})
+	var conflict *slotlock.ConflictError
+	fmt.Println("customer update refused:", errors.As(err, &conflict), conflict.Conflicts[0].Key)
+	// Three more pickers would be five of four.
+	_, err = locker.Acquire(ctx, slotlock.Request{
+		Permits: []slotlock.Permit{{Resource: "warehouse:3:pickers", Units: 3, Limit: 4}},
+	})
+	fmt.Println("3 more pickers:", errors.Is(err, slotlock.ErrNotAcquired))
+
+	_ = other.Release(ctx)
+	_ = lease.Release(ctx)
+	// Output:
+	// second order: <nil>
+	// customer update refused: true customer:9
+	// 3 more pickers: true
+}

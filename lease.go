@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -85,7 +86,8 @@ func (le *Lease) granted(g protocol.Grant) {
 }
 
 // Keys returns the lease's keys in canonical order (by hash slot, then
-// bytes), duplicates removed.
+// bytes), duplicates removed. A lease of Locker.Acquire lists its
+// exclusive and shared keys and the resources of its permits.
 func (le *Lease) Keys() []string {
 	out := make([]string, le.set.Len())
 	for i, k := range le.set.Keys {
@@ -128,6 +130,9 @@ func (le *Lease) FencingToken(key string) (int64, bool) {
 	i, ok := le.index(key)
 	if !ok {
 		return 0, false
+	}
+	if le.set.KindOf(i) != protocol.Exclusive {
+		return 0, false // a shared grant or a permit: no token (docs/design.md)
 	}
 	return le.fences[i], true
 }
@@ -393,9 +398,11 @@ func (le *Lease) Guard(ctx context.Context, keys []string, cmd ...string) (rueid
 			return rueidis.RedisMessage{}, fmt.Errorf("%w: Guard keys %q and %q are in different slots", ErrInvalid, keys[0], k)
 		}
 	}
-	idx := le.set.SlotIndexes(s)
+	// Only exclusive keys guard a write: a shared hold is every reader's
+	// and entitles none of them to write.
+	idx := slices.DeleteFunc(le.set.SlotIndexes(s), func(i int) bool { return le.set.KindOf(i) != protocol.Exclusive })
 	if len(idx) == 0 {
-		return rueidis.RedisMessage{}, fmt.Errorf("%w: the lease holds no key in slot %d of %q", ErrInvalid, s, keys[0])
+		return rueidis.RedisMessage{}, fmt.Errorf("%w: the lease holds no exclusive key in slot %d of %q", ErrInvalid, s, keys[0])
 	}
 	if err := le.Err(); err != nil {
 		return rueidis.RedisMessage{}, err

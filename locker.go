@@ -174,34 +174,70 @@ func (l *Locker) validate(ctx context.Context, keys []string) error {
 }
 
 func (l *Locker) acquire(ctx context.Context, keys []string, wait bool) (*Lease, error) {
+	o := acquireOptions{ttl: l.opt.TTL}
+	if wait {
+		o.wait = WaitForever
+	}
+	return l.acquireWith(ctx, keys, nil, o)
+}
+
+// acquireOptions are the per-call settings of an acquisition (the
+// Locker's for Lock and TryLock, the request's for Acquire).
+type acquireOptions struct {
+	ttl  time.Duration
+	wait time.Duration // 0: one attempt; WaitForever: until ctx ends
+}
+
+// acquireWith is one acquisition: of keys (all exclusive: Lock, TryLock)
+// when entries is nil, else of a request's entries (Acquire, checked by
+// checkRequest).
+func (l *Locker) acquireWith(ctx context.Context, keys []string, entries []protocol.Entry, o acquireOptions) (*Lease, error) {
 	if l.obs != nil {
-		return l.observedAcquire(ctx, keys, wait) // observe.go
+		return l.observedAcquire(ctx, keys, entries, o) // observe.go
 	}
 	// With a Logger the protocol counts too: its record of a failed
 	// rollback is what the log line reports (no allocation: the counts
 	// live in the lease).
-	le, err := l.take(ctx, keys, wait, l.log != nil)
+	le, err := l.take(ctx, keys, entries, o, l.log != nil)
 	if err != nil {
 		return nil, err
 	}
 	return le, nil
 }
 
-// take is one Lock (wait) or TryLock; with count, the protocol counts
-// what it does into le.stats. On failure it returns the lease it made, if
-// it made one, for those counts: it holds nothing.
-func (l *Locker) take(ctx context.Context, keys []string, wait, count bool) (*Lease, error) {
-	if err := l.validate(ctx, keys); err != nil {
-		return nil, err
+// take is one acquisition (see acquireWith); with count, the protocol
+// counts what it does into le.stats. On failure it returns the lease it
+// made, if it made one, for those counts: it holds nothing.
+func (l *Locker) take(ctx context.Context, keys []string, entries []protocol.Entry, o acquireOptions, count bool) (*Lease, error) {
+	var set *protocol.Set
+	if entries == nil {
+		if err := l.validate(ctx, keys); err != nil {
+			return nil, err
+		}
+		set = protocol.NewSet(l.names, keys)
+	} else {
+		if err := ctx.Err(); err != nil {
+			return nil, withPrefix("lock", context.Cause(ctx))
+		}
+		set = protocol.NewRequestSet(l.names, entries)
+	}
+	wait := o.wait > 0
+	if wait && o.wait != WaitForever {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, o.wait, fmt.Errorf("%w: still held after waiting %v", ErrNotAcquired, o.wait))
+		defer cancel()
 	}
 	token, err := newToken()
 	if err != nil {
 		return nil, err
 	}
-	le := newLease(l, protocol.NewSet(l.names, keys), token, ctx)
-	if l.local != nil {
+	le := newLease(l, set, token, ctx)
+	if l.local != nil && set.Plain() {
 		// The in-process table is keyed by lock key: one per user key
 		// under this Locker's prefix, and already named by the Set.
+		// Shared keys and permits queue in Redis only: the table is
+		// exclusive, and would make readers of one key wait for each
+		// other.
 		if wait {
 			var w0 time.Time
 			if count {
@@ -221,7 +257,7 @@ func (l *Locker) take(ctx context.Context, keys []string, wait, count bool) (*Le
 	req := &le.req // kept in the lease: one allocation fewer per lock
 	*req = protocol.Request{
 		Who:            le.who,
-		TTL:            l.opt.TTL,
+		TTL:            o.ttl,
 		Fencing:        l.opt.Fencing,
 		MinReplicas:    l.opt.MinReplicas,
 		ReplicaTimeout: l.opt.ReplicaTimeout,
@@ -237,7 +273,7 @@ func (l *Locker) take(ctx context.Context, keys []string, wait, count bool) (*Le
 		le.eng, s = l.current()
 		le.strategy = s
 		if s == StrategyPipeline {
-			if err = pipelineSupports(req); err != nil {
+			if err = pipelineSupports(req, le.set); err != nil {
 				break
 			}
 		}
@@ -252,12 +288,12 @@ func (l *Locker) take(ctx context.Context, keys []string, wait, count bool) (*Le
 		break
 	}
 	if err != nil {
-		if l.local != nil {
+		if l.local != nil && set.Plain() {
 			l.local.Release(le.set.Lock, le.holder)
 		}
 		if rb := le.stats.RollbackErr; rb != nil && l.log != nil {
 			l.log.Warn("slotlock: a rollback could not reach a node; its keys stay locked until their TTL",
-				"prefix", l.names.Prefix(), "keys", le.set.Len(), "ttl", l.opt.TTL, "cause", public(rb))
+				"prefix", l.names.Prefix(), "keys", le.set.Len(), "ttl", o.ttl, "cause", public(rb))
 		}
 		err = withPrefix("lock", public(err))
 		if l.afterFailure != nil {

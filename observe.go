@@ -144,13 +144,18 @@ type EndEvent struct {
 
 // observedAcquire is acquire with an observer: it counts what the
 // acquisition does (Request.Stats) and reports it.
-func (l *Locker) observedAcquire(ctx context.Context, keys []string, wait bool) (*Lease, error) {
+func (l *Locker) observedAcquire(ctx context.Context, keys []string, entries []protocol.Entry, o acquireOptions) (*Lease, error) {
 	start := time.Now()
-	le, err := l.take(ctx, keys, wait, true)
+	le, err := l.take(ctx, keys, entries, o, true)
 	// A copy: handing the caller's slice to an interface method would
 	// make it escape, and cost every Lock without an observer the
-	// allocation of its variadic argument (BenchmarkOneKey saw it).
-	ev := AcquireEvent{Ctx: ctx, Wait: wait, Keys: slices.Clone(keys), Start: start, Latency: time.Since(start),
+	// allocation of its variadic argument (BenchmarkOneKey saw it). A
+	// request's keys are its entries' names (keys and permit resources).
+	names := slices.Clone(keys)
+	for _, e := range entries {
+		names = append(names, e.Name)
+	}
+	ev := AcquireEvent{Ctx: ctx, Wait: o.wait > 0, Keys: names, Start: start, Latency: time.Since(start),
 		Outcome: outcomeOf(err, OutcomeAcquired), Err: err}
 	if le != nil { // nil when refused before a lease was made
 		ev.KeyCount, ev.Nodes = le.set.Len(), l.nodesOf(le.set)

@@ -97,15 +97,7 @@ func TestReshardingKeepsExclusionAndAllOrNothing(t *testing.T) {
 			// across the moves (and at least a dozen moves).
 			until := time.Now().Add(60 * time.Second)
 			for round := 0; round < 12 || x.grants.Load() < 200 && time.Now().Before(until); round++ {
-				k := space[r.IntN(len(space))]
-				s := slot.KeySlot(k)
-				owner, err := c.NodeForSlot(ctx, s)
-				require.NoError(t, err)
-				to := masters[(round+1)%len(masters)]
-				if to == owner {
-					to = masters[(round+2)%len(masters)]
-				}
-				require.NoError(t, c.MoveSlot(ctx, s, to), "move slot %d", s)
+				moveSlotOf(t, ctx, c, masters, space[r.IntN(len(space))], round)
 				moved++
 			}
 			halt()
@@ -115,4 +107,18 @@ func TestReshardingKeepsExclusionAndAllOrNothing(t *testing.T) {
 			require.Empty(t, e.lockKeys())
 		})
 	}
+}
+
+// moveSlotOf moves key k's slot from its master to another of masters
+// (chosen by round), with its keys.
+func moveSlotOf(t *testing.T, ctx context.Context, c *redistest.Cluster, masters []*redistest.Node, k string, round int) {
+	t.Helper()
+	s := slot.KeySlot(k)
+	owner, err := c.NodeForSlot(ctx, s)
+	require.NoError(t, err)
+	to := masters[(round+1)%len(masters)]
+	if to == owner {
+		to = masters[(round+2)%len(masters)]
+	}
+	require.NoError(t, c.MoveSlot(ctx, s, to), "move slot %d", s)
 }

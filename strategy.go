@@ -82,8 +82,10 @@ func (l *Locker) Strategy() Strategy {
 }
 
 // pipelineSupports says whether the pipeline strategy can serve r.
-func pipelineSupports(r *protocol.Request) error {
+func pipelineSupports(r *protocol.Request, set *protocol.Set) error {
 	switch {
+	case !set.Plain():
+		return fmt.Errorf("%w: shared keys and permits need scripts; strategy %v", ErrUnsupported, StrategyPipeline)
 	case r.Who.Lease != "":
 		return fmt.Errorf("%w: reentrant locking (WithOwner) needs scripts; strategy %v", ErrUnsupported, StrategyPipeline)
 	case r.Fencing:

@@ -3,6 +3,7 @@ package slotlock
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/slotlock/slotlock/internal/protocol"
@@ -15,8 +16,12 @@ import (
 // renewal. Leases that do not renew are only watched for their deadline.
 // It starts with the first lease and stops with Locker.Close.
 type watchdog struct {
-	l      *Locker
-	period time.Duration
+	l *Locker
+	// period is TTL/3 of the shortest TTL among the leases it has
+	// renewed (Locker.Acquire takes a TTL per request): renewing a
+	// longer lease more often costs a round trip, renewing a shorter one
+	// too rarely would lose it. It only ever shrinks.
+	period atomic.Int64
 
 	mu      sync.Mutex
 	leases  map[*Lease]struct{}
@@ -24,19 +29,43 @@ type watchdog struct {
 	stopped bool
 	stop    chan struct{}
 	done    chan struct{}
+	shrunk  chan struct{} // the period shrank: reset the timer now
 }
 
 func newWatchdog(l *Locker) *watchdog {
-	return &watchdog{
+	w := &watchdog{
 		l:      l,
-		period: max(l.opt.TTL/3, time.Millisecond),
 		leases: make(map[*Lease]struct{}),
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
+		shrunk: make(chan struct{}, 1),
+	}
+	w.period.Store(int64(max(l.opt.TTL/3, time.Millisecond)))
+	return w
+}
+
+func (w *watchdog) every() time.Duration { return time.Duration(w.period.Load()) }
+
+// fit makes the period short enough for a lease of ttl.
+func (w *watchdog) fit(ttl time.Duration) {
+	p := int64(max(ttl/3, time.Millisecond))
+	for {
+		old := w.period.Load()
+		if p >= old {
+			return
+		}
+		if w.period.CompareAndSwap(old, p) {
+			select {
+			case w.shrunk <- struct{}{}:
+			default:
+			}
+			return
+		}
 	}
 }
 
 func (w *watchdog) add(le *Lease) {
+	w.fit(le.req.TTL)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stopped {
@@ -75,19 +104,21 @@ func (w *watchdog) close() {
 // the TTL, so that a passing error (a failover, a dropped connection) does
 // not cost the lease.
 func (w *watchdog) retryAfterError() time.Duration {
-	return max(w.period/4, time.Millisecond)
+	return max(w.every()/4, time.Millisecond)
 }
 
 func (w *watchdog) run() {
 	defer close(w.done)
-	t := time.NewTimer(w.period)
+	t := time.NewTimer(w.every())
 	defer t.Stop()
 	for {
 		select {
 		case <-w.stop:
 			return
+		case <-w.shrunk:
+			t.Reset(w.every())
 		case <-t.C:
-			next := w.period
+			next := w.every()
 			if failed := w.tick(); failed {
 				next = w.retryAfterError()
 			}
@@ -138,12 +169,12 @@ func (w *watchdog) renewBatch(eng engine, renew []*Lease) (failed bool) {
 	jobs := make([]protocol.ExtendJob, len(renew))
 	now := time.Now()
 	for i, le := range renew {
-		jobs[i] = protocol.ExtendJob{Set: le.set, Who: le.who, TTL: renewTTL(w.l.opt.TTL, le.Deadline(), now),
+		jobs[i] = protocol.ExtendJob{Set: le.set, Who: le.who, TTL: renewTTL(le.req.TTL, le.Deadline(), now),
 			MinReplicas: w.l.opt.MinReplicas, ReplicaTimeout: w.l.opt.ReplicaTimeout}
 	}
 	// Bounded by the period: a renewal that takes longer than that is
 	// better abandoned and retried.
-	ctx, cancel := context.WithTimeout(context.Background(), w.period)
+	ctx, cancel := context.WithTimeout(context.Background(), w.every())
 	defer cancel()
 	t0 := time.Now()
 	res := eng.ExtendMany(ctx, jobs)

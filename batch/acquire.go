@@ -19,7 +19,7 @@ import (
 func (e *Engine) Attempt(ctx context.Context, set *protocol.Set, from int, r *protocol.Request, opt protocol.AttemptOptions) protocol.Attempt {
 	a := protocol.Attempt{State: make([]protocol.KeyState, set.Len())}
 	var idx []int
-	if e.bareFits(set.Len()-from, r, opt) {
+	if set.Plain() && e.bareFits(set.Len()-from, r, opt) {
 		if taken, tried := e.takeBare(ctx, set, from, r, a.State); taken {
 			return a
 		} else if tried {
@@ -53,9 +53,24 @@ func (e *Engine) Attempt(ctx context.Context, set *protocol.Set, from int, r *pr
 	if r.Fencing {
 		mode += "f"
 	}
-	jobs := []job{{s: acquireScript, set: set, idx: idx,
-		head:  []string{r.Who.Holder, r.Who.Lease, strconv.FormatInt(r.TTL.Milliseconds(), 10), mode},
-		fence: r.Fencing, holds: r.Who.Lease != "", queue: mode == "v"}}
+	ttl := strconv.FormatInt(r.TTL.Milliseconds(), 10)
+	excl, shared, permits := set.Split(idx)
+	var jobs []job
+	if len(excl) > 0 {
+		jobs = append(jobs, job{s: acquireScript, set: set, idx: excl,
+			head:  []string{r.Who.Holder, r.Who.Lease, ttl, mode},
+			fence: r.Fencing, holds: r.Who.Lease != "", queue: mode == "v"})
+	}
+	// Shared keys and permits: a script of their own, in the same
+	// pipelined round trip (one more call per node that has any).
+	if len(shared) > 0 {
+		jobs = append(jobs, job{s: sharedAcquireScript, set: set, idx: shared, kind: 's', queue: true,
+			head: []string{r.Who.Holder, r.Who.Lease, ttl, mode[:1], "s"}})
+	}
+	if len(permits) > 0 {
+		jobs = append(jobs, job{s: sharedAcquireScript, set: set, idx: permits, kind: 'p',
+			head: []string{r.Who.Holder, r.Who.Lease, ttl, mode[:1], "p"}})
+	}
 	var w *waitAfter
 	if r.MinReplicas > 0 {
 		w = &waitAfter{replicas: r.MinReplicas, timeout: r.ReplicaTimeout}
@@ -77,8 +92,15 @@ func (e *Engine) Attempt(ctx context.Context, set *protocol.Set, from int, r *pr
 		for ci, res := range res {
 			c := calls[ci]
 			rep, err := decodeAcquire(res, len(c.idx))
+			if pos, limit, ok := rediserr.LimitMismatch(err); ok && pos >= 1 && pos <= len(c.idx) {
+				// Refused before any write: a permit asked for with
+				// another limit than its live holders'.
+				i := c.idx[pos-1]
+				errs = append(errs, &protocol.LimitError{Resource: set.Keys[i].Name, Held: limit, Asked: set.Kinds[i].Limit})
+				continue
+			}
 			if err != nil {
-				ne, fr := classify(acquireScript, c, err)
+				ne, fr := classify(jobs[c.job].s, c, err)
 				refused = refused || fr
 				if ne.Kind == rediserr.ErrStaleTopology && !c.perSlot {
 					e.markSlotMode(c.node)

@@ -90,6 +90,12 @@ func (e *Engine) RefreshesHeld() bool { return true }
 // a release message that names who or nobody, the key found free,
 // unmarked or reserved for who, or a timer (protocol.Strategy).
 func (e *Engine) Wait(ctx context.Context, set *protocol.Set, i int, c protocol.Conflict, r *protocol.Request, attempt int, limit time.Duration) error {
+	if set.KindOf(i) == protocol.Permit {
+		// A permit has no line and no wake-up: the timer alone (the
+		// first other holder's expiry, or the jittered backoff,
+		// whichever is shorter). docs/safety.md names the gap.
+		return protocol.SleepCtx(ctx, fallback(c.TTL, attempt, limit))
+	}
 	q, qd := set.QueueKeys(i)
 	at := line{lock: set.Lock[i], queue: q, deadlines: qd, waiter: waiterOf(r.Who), holder: r.Who.Holder, cleanup: r.CleanupTimeout}
 	return e.waker.wait(ctx, at, c.TTL, attempt, limit)

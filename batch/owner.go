@@ -21,6 +21,23 @@ const maxStaleRetries = 5
 // nil means all) that who still holds (protocol.Strategy). Lost names the
 // keys no longer held (expired, taken over, deleted by an operator).
 func (e *Engine) Release(ctx context.Context, set *protocol.Set, idx []int, who protocol.Who) protocol.OwnerResult {
+	if !set.Plain() {
+		excl, shared, permits := set.Split(idx)
+		var jobs []job
+		if len(excl) > 0 {
+			jobs = append(jobs, job{s: releaseScript, set: set, idx: excl,
+				head: []string{who.Holder, who.Lease}, holds: who.Lease != "", queue: true})
+		}
+		if len(shared) > 0 {
+			jobs = append(jobs, job{s: sharedReleaseScript, set: set, idx: shared, orig: len(jobs),
+				head: []string{who.Holder, who.Lease, "s"}, queue: true, kind: 's'})
+		}
+		if len(permits) > 0 {
+			jobs = append(jobs, job{s: sharedReleaseScript, set: set, idx: permits, orig: len(jobs),
+				head: []string{who.Holder, who.Lease, "p"}, kind: 'p'})
+		}
+		return mergeResults(e.ownerChecked(ctx, jobs, nil))
+	}
 	if who.Lease == "" && (idx == nil && set.Len() == 1 || len(idx) == 1) {
 		i := 0
 		if idx != nil {
@@ -80,17 +97,59 @@ func (e *Engine) ExtendMany(ctx context.Context, ext []protocol.ExtendJob) []pro
 			w = &waitAfter{replicas: x.MinReplicas, timeout: x.ReplicaTimeout}
 		}
 	}
-	jobs := make([]job, len(ext))
+	jobs := make([]job, 0, len(ext))
+	var of []int // of[k]: the ext index of job k (a request lease has one per kind)
 	for i, x := range ext {
-		idx := x.Idx
-		if idx == nil {
-			idx = x.Set.All(0)
+		excl, shared, permits := x.Set.Split(x.Idx)
+		ttl := strconv.FormatInt(x.TTL.Milliseconds(), 10)
+		if len(excl) > 0 || len(shared)+len(permits) == 0 {
+			jobs = append(jobs, job{s: extendScript, set: x.Set, idx: excl, orig: len(jobs),
+				head: []string{x.Who.Holder, x.Who.Lease, ttl}, holds: x.Who.Lease != ""})
+			of = append(of, i)
 		}
-		jobs[i] = job{s: extendScript, set: x.Set, idx: idx, orig: i,
-			head:  []string{x.Who.Holder, x.Who.Lease, strconv.FormatInt(x.TTL.Milliseconds(), 10)},
-			holds: x.Who.Lease != ""}
+		if len(shared) > 0 {
+			jobs = append(jobs, job{s: sharedExtendScript, set: x.Set, idx: shared, orig: len(jobs),
+				head: []string{x.Who.Holder, x.Who.Lease, ttl, "s"}, queue: true, kind: 's'})
+			of = append(of, i)
+		}
+		if len(permits) > 0 {
+			jobs = append(jobs, job{s: sharedExtendScript, set: x.Set, idx: permits, orig: len(jobs),
+				head: []string{x.Who.Holder, x.Who.Lease, ttl, "p"}, kind: 'p'})
+			of = append(of, i)
+		}
 	}
-	return e.ownerChecked(ctx, jobs, w)
+	res := e.ownerChecked(ctx, jobs, w)
+	if len(jobs) == len(ext) {
+		return res
+	}
+	out := make([]protocol.OwnerResult, len(ext))
+	groups := make([][]protocol.OwnerResult, len(ext))
+	for k, r := range res {
+		groups[of[k]] = append(groups[of[k]], r)
+	}
+	for i, g := range groups {
+		out[i] = mergeResults(g)
+	}
+	return out
+}
+
+// mergeResults joins the results of the jobs of one set (its exclusive
+// keys and its shared keys and permits go to different scripts).
+func mergeResults(rs []protocol.OwnerResult) protocol.OwnerResult {
+	if len(rs) == 1 {
+		return rs[0]
+	}
+	var out protocol.OwnerResult
+	var errs []error
+	for _, r := range rs {
+		out.Lost = append(out.Lost, r.Lost...)
+		out.Failed = append(out.Failed, r.Failed...)
+		errs = append(errs, r.Err)
+	}
+	slices.Sort(out.Lost)
+	slices.Sort(out.Failed)
+	out.Err = errors.Join(errs...)
+	return out
 }
 
 // ownerChecked runs release or extend jobs, whose scripts return the

@@ -25,6 +25,18 @@ type job struct {
 	fence bool // the slot's fencing counter
 	holds bool // each lock key's hold set (reentrant leases)
 	queue bool // each lock key's queue keys (waiting acquisitions, releases)
+	// kind is 's' or 'p' for the shared_*.lua scripts (shared keys, or
+	// permits, whose keys each carry units and limit: request_entries in
+	// scripts/shared.lua), 0 otherwise. In slot form, shared keys'
+	// holders sets are declared too.
+	kind byte
+}
+
+// permitArgs returns the units and limit of permit i of a request set, as
+// request_entries in scripts/shared.lua reads them.
+func permitArgs(set *protocol.Set, i int) (units, limit string) {
+	e := set.Kinds[i]
+	return strconv.FormatInt(e.Units, 10), strconv.FormatInt(e.Limit, 10)
 }
 
 // call is one script invocation: the keys of one job on one node, or on
@@ -133,18 +145,39 @@ func (e *Engine) build(c call, j job, eval bool) rueidis.Completed {
 				keys = append(keys, q, qd)
 			}
 		}
+		if j.kind == 's' {
+			for _, i := range c.idx {
+				keys = append(keys, set.SharedKey(i))
+			}
+		}
 		args := make([]string, 0, len(j.head)+2)
 		args = append(args, j.head...)
 		args = append(args, "", strconv.Itoa(len(c.idx)))
+		if j.kind == 'p' {
+			for _, i := range c.idx {
+				u, l := permitArgs(set, i)
+				args = append(args, u, l)
+			}
+		}
 		if eval {
 			return b.Eval().Script(s.slotText).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 		}
 		return b.Evalsha().Sha1(s.slotSHA).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 	}
-	args := make([]string, len(j.head)+len(c.idx))
-	copy(args, j.head)
-	for k, i := range c.idx {
-		args[len(j.head)+k] = set.Lock[i]
+	var args []string
+	if j.kind == 'p' {
+		args = make([]string, 0, len(j.head)+3*len(c.idx))
+		args = append(args, j.head...)
+		for _, i := range c.idx {
+			u, l := permitArgs(set, i)
+			args = append(args, set.Lock[i], u, l)
+		}
+	} else {
+		args = make([]string, len(j.head)+len(c.idx))
+		copy(args, j.head)
+		for k, i := range c.idx {
+			args[len(j.head)+k] = set.Lock[i]
+		}
 	}
 	route := set.Lock[c.idx[0]]
 	if eval {

@@ -31,6 +31,14 @@ var (
 	guardBody string
 	//go:embed scripts/join.lua
 	joinBody string
+	//go:embed scripts/shared.lua
+	sharedLua string
+	//go:embed scripts/shared_acquire.lua
+	sharedAcquireBody string
+	//go:embed scripts/shared_release.lua
+	sharedReleaseBody string
+	//go:embed scripts/shared_extend.lua
+	sharedExtendBody string
 )
 
 // Shebangs. A script that declares flags makes Redis check for OOM once,
@@ -131,4 +139,9 @@ var (
 	// joinScript puts a waiter in line for one key (join.lua): one slot,
 	// its three keys declared, sent through the cluster client.
 	joinScript = rueidis.NewLuaScript(shebangSlot + commonLua + joinBody)
+	// The request form's shared keys and permits: shared.lua's helpers
+	// travel after common.lua's, in these three only.
+	sharedAcquireScript = newScript("acquire", sharedLua+sharedAcquireBody, false)
+	sharedReleaseScript = newScript("release", sharedLua+sharedReleaseBody, true)
+	sharedExtendScript  = newScript("extend", sharedLua+sharedExtendBody, true)
 )

@@ -31,6 +31,10 @@ type holderSpec struct {
 	Keys   []string
 	TTL    time.Duration
 	Renew  bool
+	// Shared and Permits, when set, make the holder take its lease with
+	// Locker.Acquire: Keys exclusive, these shared and counted.
+	Shared  []string
+	Permits []slotlock.Permit
 }
 
 // holderEvent is one line of the holder's stdout. Times are sysMonotonic
@@ -81,7 +85,12 @@ func TestHelperProcess(t *testing.T) {
 		os.Exit(2)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	lease, err := l.Lock(ctx, spec.Keys...)
+	var lease *slotlock.Lease
+	if len(spec.Shared)+len(spec.Permits) > 0 {
+		lease, err = l.Acquire(ctx, slotlock.Request{Exclusive: spec.Keys, Shared: spec.Shared, Permits: spec.Permits, Wait: slotlock.WaitForever})
+	} else {
+		lease, err = l.Lock(ctx, spec.Keys...)
+	}
 	granted := sysMonotonic()
 	cancel()
 	if err != nil {

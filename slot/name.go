@@ -118,6 +118,18 @@ func (n Namer) HoldCountKeyInSlot(userKey string, s uint16) string {
 	return n.prefix + "{" + Tag(s) + "}#n:" + userKey
 }
 
+// SharedKeyInSlot returns the hash of userKey's shared holders, in slot
+// s = KeySlot(userKey): P{T}#s:K (shared_key in batch/scripts/shared.lua).
+func (n Namer) SharedKeyInSlot(userKey string, s uint16) string {
+	return n.prefix + "{" + Tag(s) + "}#s:" + userKey
+}
+
+// PermitKeyInSlot returns the hash of the counted resource named
+// resource, in slot s = KeySlot(resource): P{T}#p:R.
+func (n Namer) PermitKeyInSlot(resource string, s uint16) string {
+	return n.prefix + "{" + Tag(s) + "}#p:" + resource
+}
+
 // QueueKeysInSlot returns the two keys of userKey's queue of waiters, in
 // slot s = KeySlot(userKey): the arrival order and the deadlines
 // (queue_keys in batch/scripts/common.lua).

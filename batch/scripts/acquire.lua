@@ -54,24 +54,9 @@ local fencing = string.find(mode, 'f', 1, true) ~= nil
 -- returned. The script runs alone, so no client ever sees those keys, and
 -- the engine's rule holds: an error reply means nothing was written.
 if lease == '' and not fencing and not queued then
-  -- ARGV[3] goes to SET as the string it came as: a Lua number would be
-  -- formatted again at every call. SET NX answers OK when it wrote and
-  -- nil (false) when the key exists.
-  local px = ARGV[3]
-  for i = first, last do
-    local r = redis.pcall('SET', keys[i], holder, 'NX', 'PX', px)
-    if not r or r.err then
-      for j = first, i - 1 do -- the keys this loop set
-        redis.call('DEL', keys[j])
-      end
-      if r then
-        return r
-      end
-      break
-    end
-    if i == last then
-      return {last - first + 1, 0}
-    end
+  local r = take_free(keys, first, last, holder, ARGV[3])
+  if r then
+    return r
   end
 end
 
@@ -115,10 +100,7 @@ for i = first, last do
   vals[i] = v or false
 end
 
-local out = {0, #conflicts / 2}
-for _, c in ipairs(conflicts) do
-  out[#out + 1] = c
-end
+local out = conflict_reply(conflicts)
 if not wait and stop <= last then
   return out
 end

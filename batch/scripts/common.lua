@@ -4,6 +4,7 @@
 -- A lock key holds a string, either held or reserved:
 --   held      holder ['.' fence] ['!']
 --   reserved  '^' waiter ['!']
+--   shared    '~' ['!']   (SHARED in shared.lua, the request form's)
 --   holder  the lease token, or for reentrant leases the owner token
 --   fence   the fencing token of the grant, when fencing is on
 --   waiter  the acquisition a release handed the key to (its lease token)
@@ -153,4 +154,52 @@ local function hand_off(k)
   local more = leave_queue(k, head[1])
   redis.call('SET', k, '^' .. head[1] .. (more and '!' or ''), 'PX', RESERVE_MS)
   publish(k, 'h ' .. head[1]) -- lockval.HandOff
+end
+
+-- take_free is the acquire scripts' fast path: it takes keys[first..last]
+-- with one SET NX PX each (check and write in one call), writing val. It
+-- returns the script's reply when every key was free ({n, 0}) or when a
+-- SET failed (the error: a slot this node no longer serves, a migrating
+-- slot, a wrong type; caught by pcall so that the undo still runs), and
+-- nil at the first key that was not free. Either way but the first, the
+-- keys it set are deleted again: the script runs alone, so no client sees
+-- them, and the caller's general path decides as if nothing had been
+-- written. px goes to SET as the string it came as (a Lua number would be
+-- formatted again at every call). With old, each SET also asks for the
+-- key's value (SET NX GET: lock keys are strings), and a nil answer comes
+-- with the index and value of the key that was not free, which the
+-- caller's general path then need not read again.
+local function take_free(keys, first, last, val, px, old)
+  for i = first, last do
+    local r, taken
+    if old then
+      r = redis.pcall('SET', keys[i], val, 'NX', 'GET', 'PX', px)
+      taken = r == false -- nil: there was no value, and it wrote
+    else
+      r = redis.pcall('SET', keys[i], val, 'NX', 'PX', px)
+      taken = type(r) == 'table' and r.ok ~= nil -- OK: it wrote
+    end
+    if not taken then
+      for j = first, i - 1 do -- the keys this loop set
+        redis.call('DEL', keys[j])
+      end
+      if type(r) == 'table' then
+        return r -- the error
+      end
+      return nil, i, r
+    end
+  end
+  return {last - first + 1, 0}
+end
+
+-- conflict_reply starts the acquire scripts' reply, {0, nconflicts, i1,
+-- pttl1, ...} (conflicts holds the position, remaining-time pairs); the
+-- caller sets out[1] to the count granted and appends any fences
+-- (decodeAcquire in batch/reply.go reads it).
+local function conflict_reply(conflicts)
+  local out = {0, #conflicts / 2}
+  for _, c in ipairs(conflicts) do
+    out[#out + 1] = c
+  end
+  return out
 end

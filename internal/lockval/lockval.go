@@ -2,16 +2,23 @@
 // batch/scripts/common.lua (holder_of, fence_of, and the '!' test in the
 // scripts); the two must change together.
 //
-// A lock key holds a string, held or reserved:
+// A lock key holds a string, held, reserved or shared:
 //
 //		holder ['.' fence] ['!']      held
 //		'^' waiter ['!']              reserved
+//		'~' [holder] ['!']            held shared (Locker.Acquire)
 //
 //	  - holder: the lease token, or for reentrant leases the owner token
-//	    (base64url: never '.', '!', '#' or '^');
+//	    (base64url: never '.', '!', '#', '^' or '~');
 //	  - fence: the decimal fencing token of the grant, when fencing is on;
 //	  - waiter: the lease token of the waiting acquisition a release handed
 //	    the key to; only that acquisition's next attempt takes it;
+//	  - '~': shared holders hold the key: the one holder's lease token
+//	    follows it, or with several nothing does and they are listed, each
+//	    with its expiry, in a sorted set beside the key
+//	    (batch/scripts/shared.lua, which follows common.lua in the request
+//	    form's scripts). To every other reader it is a key held by someone
+//	    else: no token starts with '~';
 //	  - '!': a waiter's mark; the key's queue may hold waiters, and the
 //	    release of a marked key hands it to the oldest of them (or, with
 //	    none, deletes it and publishes a wake-up on the sharded channel
@@ -51,6 +58,14 @@ func ReservedFor(v string) (string, bool) {
 	return strings.TrimSuffix(v[1:], Mark), true
 }
 
+// Shared starts the value of a key held shared: SHARED in
+// batch/scripts/shared.lua.
+const Shared = "~"
+
+// IsShared reports whether v is the value of a key held shared (is_shared
+// in shared.lua).
+func IsShared(v string) bool { return strings.HasPrefix(v, Shared) }
+
 // Mark is the waiter's mark, the last byte of a marked value.
 const Mark = "!"
 
@@ -88,6 +103,9 @@ type Value struct {
 	Waiter string
 	// Marked: a waiter marked the value (Marked).
 	Marked bool
+	// Shared: the key is held shared; Holder is then its one holder's
+	// lease token, "" when several hold it.
+	Shared bool
 }
 
 // Parse takes v apart (holder_of, fence_of and reserved_for in
@@ -99,6 +117,10 @@ func Parse(v string) Value {
 		return out
 	}
 	out.Holder = Holder(v)
+	if IsShared(v) {
+		out.Shared, out.Holder = true, out.Holder[len(Shared):]
+		return out
+	}
 	if d := strings.IndexByte(v, '.'); d >= 0 {
 		// fence_of reads a malformed fence as 0: so does this.
 		out.Fence, _ = strconv.ParseInt(strings.TrimSuffix(v[d+1:], Mark), 10, 64)

@@ -63,6 +63,9 @@ func TestParseValue(t *testing.T) {
 		"^w":      {Waiter: "w"},
 		"^w!":     {Waiter: "w", Marked: true},
 		"tok.x":   {Holder: "tok"}, // fence_of: a malformed fence is 0
+		"~tok":    {Holder: "tok", Shared: true},
+		"~tok!":   {Holder: "tok", Shared: true, Marked: true},
+		"~!":      {Shared: true, Marked: true},
 		"":        {},
 	} {
 		if got := Parse(v); got != want {
@@ -79,5 +82,13 @@ func TestQueueScores(t *testing.T) {
 	}
 	if got := QueueDeadline(1764000003123); !got.Equal(time.Unix(1764000003, 123000000)) {
 		t.Errorf("QueueDeadline = %v", got)
+	}
+}
+
+func TestShared(t *testing.T) {
+	for v, want := range map[string]bool{"~": true, "~!": true, "~tok": true, "~tok!": true, "tok": false, "tok.3!": false, "^tok": false, "": false} {
+		if got := IsShared(v); got != want {
+			t.Errorf("IsShared(%q) = %v, want %v", v, got, want)
+		}
 	}
 }

@@ -157,3 +157,14 @@ func Transient(err error) bool {
 	}
 	return walk(err)
 }
+
+// LimitError: a permit asked for with a limit other than the one its live
+// holders use. The attempt wrote nothing; waiting does not fix it.
+type LimitError struct {
+	Resource    string
+	Held, Asked int64
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("slotlock: permit %q: limit %d asked, but its holders use limit %d", e.Resource, e.Asked, e.Held)
+}

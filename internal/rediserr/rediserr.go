@@ -9,6 +9,7 @@ package rediserr
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 
 	"github.com/redis/rueidis"
@@ -190,4 +191,28 @@ func CommandRefused(err error) bool {
 	return strings.HasPrefix(msg, "NOPERM") ||
 		strings.Contains(msg, "unknown command") ||
 		strings.Contains(msg, "syntax error")
+}
+
+// limitPrefix starts the error reply of scripts/shared_acquire.lua when a
+// permit's live holders asked for another limit.
+const limitPrefix = "SLOTLOCK_LIMIT "
+
+// LimitMismatch reads shared_acquire.lua's refusal of a permit whose live
+// holders use another limit: the entry's 1-based position in the call and
+// the limit in use.
+func LimitMismatch(err error) (pos int, limit int64, ok bool) {
+	if err == nil || !IsErrorReply(err) {
+		return 0, 0, false
+	}
+	_, rest, found := strings.Cut(err.Error(), limitPrefix)
+	if !found {
+		return 0, 0, false
+	}
+	f := strings.Fields(rest)
+	if len(f) != 2 {
+		return 0, 0, false
+	}
+	p, err1 := strconv.Atoi(f[0])
+	l, err2 := strconv.ParseInt(f[1], 10, 64)
+	return p, l, err1 == nil && err2 == nil
 }

@@ -162,6 +162,12 @@ func (t *Tracker) indexFresh() {
 		}
 		w.indexed = true
 		for i, k := range w.Set.Lock {
+			if w.Set.KindOf(i) != protocol.Exclusive {
+				// A shared key's lock value is every holder's, and a
+				// permit's hash changes with every taker: the watchdog's
+				// renewals are what finds those lost.
+				continue
+			}
 			t.keys[k] = append(t.keys[k], ref{w, i})
 			t.toRoute[k] = struct{}{}
 		}
@@ -185,7 +191,10 @@ func (t *Tracker) Forget(w *Watch) {
 	}
 	w.indexed = false
 	var gone []string
-	for _, k := range w.Set.Lock {
+	for i, k := range w.Set.Lock {
+		if w.Set.KindOf(i) != protocol.Exclusive {
+			continue // never indexed
+		}
 		refs := t.keys[k]
 		refs = slices.DeleteFunc(refs, func(r ref) bool { return r.w == w })
 		if len(refs) > 0 {

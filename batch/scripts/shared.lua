@@ -1,0 +1,201 @@
+-- Shared keys and counted permits (Locker.Acquire's request form): the
+-- helpers of shared_acquire.lua, shared_release.lua and shared_extend.lua,
+-- which follow common.lua. docs/design.md, "Shared keys and permits".
+--
+-- A shared key K keeps its lock key P{T}:K a string, so that every reader
+-- of lock keys written before shared keys existed (the exclusive scripts,
+-- the bare SET NX, the pipeline strategy, loss tracking) sees a key held
+-- by someone else and nothing it cannot parse. '~' is not base64url: no
+-- token, hence no holder, equals or starts with it.
+--   one holder:   P{T}:K = SHARED .. token ['!'], the key's own PEXPIRE
+--                 being that holder's expiry: a lone reader costs what an
+--                 exclusive holder costs (one SET NX to take, a GET and a
+--                 DEL to give back).
+--   several:      P{T}:K = SHARED ['!'], and the holders in a sorted set
+--                 beside it, P{T}#s:K: member = lease token, score = its
+--                 expiry (ms, server time). Redis 7.0 has no per-member
+--                 expiry, so these scripts compare scores with TIME; both
+--                 keys get a PEXPIRE no earlier than every live holder's
+--                 expiry, and a release brings it down to the latest
+--                 remaining one. A crashed holder therefore keeps writers
+--                 out until its own expiry at most. Every operation on it
+--                 is O(log n): a hundred readers of one key cost each
+--                 other little. The second holder to come turns the first
+--                 form into the second; the key stays in it.
+-- The mark '!' keeps its exclusive meaning: a waiter (exclusive, or shared
+-- behind an exclusive one) is in the key's line, and the last shared
+-- release hands the key to the line's head (hand_off). A new shared holder
+-- is admitted to a marked key only when no live waiter stands before it in
+-- the line: a waiting writer is not starved by a stream of readers.
+--
+-- A permit resource R is one hash in R's slot:
+--   P{T}#p:R hash: lease token -> units ':' expiry (ms, server time),
+--            and LIMIT_FIELD -> the limit its holders asked for
+-- Expired holders count for nothing and are deleted on every acquisition,
+-- release and renewal; the hash's PEXPIRE is no earlier than its latest
+-- live holder's expiry.
+--
+-- The Go side of these names is internal/lockval (Shared) and slot.Namer
+-- (SharedKeyInSlot, PermitKeyInSlot): change both together.
+local SHARED = '~'
+local LIMIT_FIELD = '#l'
+
+-- shared_key returns the holders set of lock key P{T}:K: P{T}#s:K.
+local function shared_key(k)
+  local b = string.find(k, '}', 1, true)
+  return string.sub(k, 1, b) .. '#s' .. string.sub(k, b + 1)
+end
+
+-- request_entries reads the entries of a call after nhead arguments, the
+-- last of which is the call's kind: 's' (shared keys) or 'p' (permits).
+-- Node form: per entry the lock key, and for permits its units and limit.
+-- Slot form: ARGV[nhead+1] = '', ARGV[nhead+2] = n, then for permits
+-- units and limit per entry; the lock keys are KEYS[1..n]. It returns
+-- keys, first, last (the entries are keys[first..last], as in
+-- acquire.lua: no table per entry on the common path), whether they are
+-- permits, and then their units and limits, indexed like keys.
+local function request_entries(nhead)
+  local permits = ARGV[nhead] == 'p'
+  local units, limits = {}, {}
+  if ARGV[nhead + 1] == '' then
+    local n = tonumber(ARGV[nhead + 2])
+    if permits then
+      for i = 1, n do
+        local a = nhead + 2 * i + 1
+        units[i], limits[i] = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+      end
+    end
+    return KEYS, 1, n, permits, units, limits
+  end
+  if not permits then
+    return ARGV, nhead + 1, #ARGV, false, units, limits
+  end
+  local keys = {}
+  for a = nhead + 1, #ARGV, 3 do
+    local i = #keys + 1
+    keys[i], units[i], limits[i] = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  end
+  return keys, 1, #keys, true, units, limits
+end
+
+-- read_holders reads a permit's hash at server time now. It returns the
+-- live holders' state: mine (my units, or nil), used (units of the
+-- others), first and last (earliest and latest expiry of the others, nil
+-- without others), dead (fields whose expiry passed) and limit.
+local function read_holders(h, me, now)
+  local all = redis.call('HGETALL', h)
+  local r = {used = 0, dead = {}}
+  for j = 1, #all, 2 do
+    local f, v = all[j], all[j + 1]
+    if f == LIMIT_FIELD then
+      r.limit = tonumber(v)
+    else
+      local c = string.find(v, ':', 1, true)
+      local units = c and tonumber(string.sub(v, 1, c - 1))
+      local exp = c and tonumber(string.sub(v, c + 1))
+      if not exp or exp <= now then
+        r.dead[#r.dead + 1] = f
+      elseif f == me then
+        r.mine = units
+      else
+        r.used = r.used + units
+        if not r.first or exp < r.first then
+          r.first = exp
+        end
+        if not r.last or exp > r.last then
+          r.last = exp
+        end
+      end
+    end
+  end
+  return r
+end
+
+-- is_shared reports whether lock value v is a shared hold.
+local function is_shared(v)
+  return string.byte(v, 1) == 126 -- '~'
+end
+
+-- shared_holders says how lock key k, whose shared value is v, is held:
+-- inline is the one holder's token in the one-holder form (nil in the set
+-- form), and mine whether me holds it now (in the set form: a live score,
+-- exp).
+local function shared_holders(k, v, me, now)
+  local tok = string.sub(holder_of(v), 2)
+  if tok ~= '' then
+    return {inline = tok, mine = tok == me}
+  end
+  local exp = tonumber(redis.call('ZSCORE', shared_key(k), me) or '0')
+  return {mine = exp > now, exp = exp}
+end
+
+-- shared_latest returns the latest live expiry in holders set s (expired
+-- members, crashed holders', stay until the set goes or a renewal prunes
+-- them: they count for nothing), nil when there is none. O(log n).
+local function shared_latest(s, now)
+  local last = redis.call('ZRANGE', s, '+inf', '(' .. string.format('%d', now), 'BYSCORE', 'REV', 'LIMIT', 0, 1, 'WITHSCORES')
+  return last[2] and tonumber(last[2])
+end
+
+-- later_expiry gives shared key k, or its holders set, at least ttl ms to
+-- live: PEXPIRE GT moves an expiry later only, in one call. A key without
+-- an expiry (a set just created beside a key an operator emptied) is
+-- given one.
+local function later_expiry(k, ttl)
+  if redis.call('PEXPIRE', k, ttl, 'GT') == 0 and redis.call('PTTL', k) == -1 then
+    redis.call('PEXPIRE', k, ttl)
+  end
+end
+
+-- my_shared_hold says how me holds shared lock key k: 1 as its one
+-- holder, 2 the same with a waiter's mark, a shared_holders table (with
+-- marked) in the set form, false when not at all. now is read only when
+-- needed (nil otherwise) and returned.
+local alone = {} -- me -> {SHARED .. me, SHARED .. me .. '!'}, built once per call
+local function my_shared_hold(k, me, now)
+  local a = alone[me]
+  if not a then
+    a = {SHARED .. me, SHARED .. me .. '!'}
+    alone[me] = a
+  end
+  local v = redis.call('GET', k)
+  if v == a[1] then
+    return 1, now
+  elseif v == a[2] then
+    return 2, now
+  elseif v and is_shared(v) then
+    now = now or now_ms()
+    local st = shared_holders(k, v, me, now)
+    st.marked = string.byte(v, -1) == 33 -- '!'
+    return st.mine and st, now
+  end
+  return false, now
+end
+
+-- line_ahead reports whether a live waiter stands before me in lock key
+-- k's line (all of the line's live waiters when me is not in it). Reads
+-- only.
+local function line_ahead(k, me, now)
+  local q, qd = queue_keys(k)
+  local live = redis.call('ZRANGE', qd, '(' .. string.format('%d', now), '+inf', 'BYSCORE')
+  local mine = redis.call('ZSCORE', q, me)
+  for _, w in ipairs(live) do
+    if w ~= me then
+      if not mine then
+        return true
+      end
+      local s = redis.call('ZSCORE', q, w)
+      if s and tonumber(s) < tonumber(mine) then
+        return true
+      end
+    end
+  end
+  return false
+end
+
+-- prune deletes the fields of holders whose expiry passed.
+local function prune(h, dead)
+  if #dead > 0 then
+    redis.call('HDEL', h, unpack(dead))
+  end
+end

@@ -1,0 +1,149 @@
+-- shared_acquire: take shared keys or permits (shared.lua) all or nothing,
+-- or up to the first conflict, as acquire.lua does for exclusive keys:
+-- every entry is read before any is written, so a conflict, a limit
+-- mismatch or a non-local key leaves nothing written (the fast path for
+-- free shared keys writes as it checks and deletes what it wrote, as
+-- acquire.lua's). A request's exclusive keys, shared keys and permits go
+-- in separate calls of the same pipelined round trip; the protocol treats
+-- them as it treats calls to different nodes.
+--
+-- ARGV[1] holder (owner token of a reentrant lease, else the lease
+--         token), ARGV[2] lease token of a reentrant lease or ""
+-- ARGV[3] ttl in milliseconds, ARGV[4] mode: 'a', 'w' or 'v' as in
+--         acquire.lua (shared grants and permits get no fencing token)
+-- ARGV[5] 's' shared keys or 'p' permits, ARGV[6..] the entries
+--         (request_entries in shared.lua)
+--
+-- Each lease holds by its lease token: leases of one owner are separate
+-- shared holders and permit takers. A shared key is free when its lock
+-- key is absent or reserved for this acquisition; joinable when it is
+-- shared and, if marked, no live waiter stands before us in its line;
+-- held otherwise (an exclusive holder, the owner's own included: there is
+-- no upgrade or downgrade). A permit is free when the units of its other
+-- live holders plus ours fit the limit; a live holder with another limit
+-- fails the call with "SLOTLOCK_LIMIT <position> <limit in use>".
+--
+-- Returns {granted, nconflicts, i1, pttl1, ...} as acquire.lua (no
+-- fences); a permit's pttl is the time until its first other holder's
+-- expiry.
+local holder, lease, ttl, mode = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local keys, first, last, permits, units, limits = request_entries(5)
+local wait = mode ~= 'a'
+local queued = mode == 'v'
+local me = lease ~= '' and lease or holder
+
+-- The common case first: shared keys nobody holds, each taken with one
+-- SET NX in the one-holder form (take_free in common.lua, acquire.lua's
+-- fast path), which also returns the value of the first key not free.
+local seen_i, seen_v -- the first key found held, and its value
+if not permits and not queued then
+  local r
+  r, seen_i, seen_v = take_free(keys, first, last, SHARED .. me, ARGV[3], true)
+  if r then
+    return r
+  end
+end
+
+local now = now_ms()
+local conflicts = {}
+local stop = last + 1 -- first entry not taken
+local vals, hold, handed = {}, {}, {}
+for i = first, last do
+  local k = keys[i]
+  local busy = nil -- remaining time of what keeps the entry from us
+  if not permits then
+    local v
+    if i == seen_i then
+      v = seen_v
+    else
+      v = redis.call('GET', k)
+    end
+    if v and reserved_for(v) == me then
+      v = nil
+      handed[i] = read_queue(k)
+    elseif queued then
+      handed[i] = read_queue(k)
+    end
+    if v and not is_shared(v) then
+      busy = redis.call('PTTL', k)
+    elseif v and string.byte(v, -1) == 33 and line_ahead(k, me, now) then -- '!'
+      busy = redis.call('PTTL', k)
+    elseif v then
+      local tok = string.sub(holder_of(v), 2) -- the one holder, or '' (set form)
+      hold[i] = {inline = tok ~= '' and tok or nil, mine = tok == me}
+    end
+    vals[i] = v or false
+  else
+    local r = read_holders(k, me, now)
+    if r.limit and r.limit ~= limits[i] and r.first then
+      return redis.error_reply('SLOTLOCK_LIMIT ' .. (i - first + 1) .. ' ' .. string.format('%d', r.limit))
+    end
+    if not r.mine and r.used + units[i] > limits[i] then
+      busy = r.first - now
+    end
+    hold[i] = r
+  end
+  if busy then
+    if stop > last then
+      stop = i
+    end
+    conflicts[#conflicts + 1] = i - first + 1
+    conflicts[#conflicts + 1] = busy
+    if wait or #conflicts >= 128 then
+      break
+    end
+  end
+end
+
+local out = conflict_reply(conflicts)
+if not wait and stop <= last then
+  return out
+end
+
+local exp = string.format('%d', now + ttl)
+for i = first, stop - 1 do
+  local k, r, v = keys[i], hold[i], vals[i]
+  if permits then
+    prune(k, r.dead)
+    redis.call('HSET', k, me, string.format('%d', r.mine or units[i]) .. ':' .. exp,
+      LIMIT_FIELD, string.format('%d', limits[i]))
+    later_expiry(k, ttl)
+  else
+    local more = handed[i] and leave_queue(k, me)
+    if not v then
+      redis.call('SET', k, SHARED .. me .. (more and '!' or ''), 'PX', ttl)
+    elseif r.mine and r.inline then
+      later_expiry(k, ttl)
+    else
+      local s = shared_key(k)
+      if r.inline then
+        -- A second holder: the key turns to the set form, its first
+        -- holder keeping the key's expiry as its own.
+        local left = redis.call('PTTL', k)
+        local mark = string.byte(v, -1) == 33 and '!' or '' -- '!'
+        redis.call('ZADD', s, string.format('%d', now + left), r.inline)
+        redis.call('SET', k, SHARED .. mark, 'KEEPTTL')
+        redis.call('PEXPIRE', s, math.max(left, ttl))
+      end
+      redis.call('ZADD', s, exp, me)
+      later_expiry(s, ttl)
+      later_expiry(k, ttl)
+    end
+    if handed[i] and more then
+      -- Readers behind us in the line may join us now (those behind a
+      -- waiting writer find it before them and wait on): wake the line.
+      publish(k, 'r')
+    end
+  end
+end
+if stop <= last and not permits then
+  -- Mark the key for its release to wake us, as acquire.lua does; the
+  -- waiter then joins its line (join.lua).
+  local k = keys[stop]
+  local v = redis.call('GET', k)
+  if v and string.byte(v, -1) ~= 33 then -- '!'
+    redis.call('SET', k, v .. '!', 'KEEPTTL')
+  end
+end
+out[1] = stop - first
+return out
