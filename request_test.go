@@ -376,3 +376,25 @@ func TestRequestFencingAndNames(t *testing.T) {
 	require.NoError(t, r.Release(ctx))
 	require.NoError(t, le.Release(ctx))
 }
+
+// TestRequestInspect: Inspect reads shared keys as held (by the lease's
+// ID when one reader holds it), and permits' resources as free lock keys
+// (a permit lives in its own hash, not in the lock key).
+func TestRequestInspect(t *testing.T) {
+	e := newEnv(t)
+	l := e.locker(slotlock.Options{})
+	ctx := ctxT(t, 30*time.Second)
+	a, err := l.Acquire(ctx, slotlock.Request{Shared: []string{"one", "two"}})
+	require.NoError(t, err)
+	b, err := l.Acquire(ctx, slotlock.Request{Shared: []string{"two"}, Permits: []slotlock.Permit{{Resource: "pool", Units: 1, Limit: 2}}})
+	require.NoError(t, err)
+	infos, err := l.Inspect(ctx, "one", "two", "pool")
+	require.NoError(t, err)
+	require.True(t, infos[0].Held)
+	require.Equal(t, a.ID(), infos[0].Holder, "one reader: its ID")
+	require.True(t, infos[1].Held, "two readers")
+	require.Positive(t, infos[1].TTL)
+	require.False(t, infos[2].Held, "a permit is not a lock key")
+	require.NoError(t, b.Release(ctx))
+	require.NoError(t, a.Release(ctx))
+}
