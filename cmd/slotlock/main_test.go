@@ -78,7 +78,11 @@ func child(mode string) int {
 	case "ignoreterm":
 		signal.Ignore(syscall.SIGTERM)
 	}
-	_ = os.WriteFile(arg+".started", []byte(strconv.Itoa(os.Getpid())), 0o600)
+	// Written whole, then renamed: the test reads the pid as soon as the
+	// file exists, and os.WriteFile creates it empty first (the test once
+	// read "" and failed to parse it).
+	_ = os.WriteFile(arg+".started.tmp", []byte(strconv.Itoa(os.Getpid())), 0o600)
+	_ = os.Rename(arg+".started.tmp", arg+".started")
 	deadline := time.After(time.Minute)
 	for {
 		select {
