@@ -41,6 +41,9 @@ func (e *Engine) Attempt(ctx context.Context, set *protocol.Set, from int, r *pr
 		a.Fences = make([]int64, set.Len())
 	}
 	mode := "a"
+	if opt.Mode == protocol.Confirm {
+		mode = "c"
+	}
 	if opt.Mode == protocol.Prefix {
 		// A first attempt has waited nowhere yet; a later one may be in
 		// line for keys (join.lua) and must leave those queues as it
@@ -55,7 +58,7 @@ func (e *Engine) Attempt(ctx context.Context, set *protocol.Set, from int, r *pr
 	}
 	jobs := []job{{s: acquireScript, set: set, idx: idx,
 		head:  []string{r.Who.Holder, r.Who.Lease, strconv.FormatInt(r.TTL.Milliseconds(), 10), mode},
-		fence: r.Fencing, holds: r.Who.Lease != "", queue: mode == "v"}}
+		fence: r.Fencing, holds: r.Who.Lease != "", queue: mode[0] == 'v' || mode[0] == 'c'}}
 	var w *waitAfter
 	if r.MinReplicas > 0 {
 		w = &waitAfter{replicas: r.MinReplicas, timeout: r.ReplicaTimeout}
@@ -78,7 +81,7 @@ func (e *Engine) Attempt(ctx context.Context, set *protocol.Set, from int, r *pr
 			c := calls[ci]
 			rep, err := decodeAcquire(res, len(c.idx))
 			if err != nil {
-				ne, fr := classify(acquireScript, c, err)
+				ne, fr := e.classify(acquireScript, c, err)
 				refused = refused || fr
 				if ne.Kind == rediserr.ErrStaleTopology && !c.perSlot {
 					e.markSlotMode(c.node)
@@ -112,7 +115,7 @@ func (e *Engine) Attempt(ctx context.Context, set *protocol.Set, from int, r *pr
 				granted[c.node] = true
 			}
 			for _, rc := range rep.conflicts {
-				a.Conflicts = append(a.Conflicts, protocol.Conflict{Index: c.idx[rc.pos], TTL: rc.ttl})
+				a.Conflicts = append(a.Conflicts, protocol.Conflict{Index: c.idx[rc.pos], TTL: rc.ttl, Reserved: rc.reserved})
 			}
 		}
 		if refused && round == 0 && !anyWrittenAt(a.State, idx) {
