@@ -212,14 +212,7 @@ func (e *Engine) closeInbox() {
 			stop()
 		}
 	}
-	done := make(chan struct{})
-	go func() { b.bg.Wait(); close(done) }()
-	t := time.NewTimer(closeTimeout)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	}
+	waitBounded(&b.bg)
 }
 
 // inboxSlots returns, per node address, the slot of the node's inbox: the

@@ -152,20 +152,27 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t
 end
 
--- enqueue puts waiter in lock key k's queue (keeping its place if it is
--- already there) and marks k's value v. The caller has read k and its
--- queue keys before its first write. Numbers go to Redis through
+-- enqueue_at puts member in lock key k's queue with score (keeping its
+-- place if it is already there), gives it the deadline now + ENTRY_MS
+-- (now: server time in ms) and marks k's value v. The caller has read k
+-- and its queue keys before its first write. Numbers go to Redis through
 -- string.format: tostring would print them in exponent form.
-local function enqueue(k, v, waiter)
+local function enqueue_at(k, v, member, score, now)
   local q, qd = queue_keys(k)
-  local now, t = now_ms()
-  redis.call('ZADD', q, 'NX', t[1] .. string.format('%06d', tonumber(t[2])), waiter)
-  redis.call('ZADD', qd, string.format('%d', now + ENTRY_MS), waiter)
+  redis.call('ZADD', q, 'NX', score, member)
+  redis.call('ZADD', qd, string.format('%d', now + ENTRY_MS), member)
   redis.call('PEXPIRE', q, 2 * ENTRY_MS)
   redis.call('PEXPIRE', qd, 2 * ENTRY_MS)
   if v and string.byte(v, -1) ~= 33 then -- '!'
     redis.call('SET', k, v .. '!', 'KEEPTTL')
   end
+end
+
+-- enqueue puts a waiter in line (join.lua) in lock key k's queue, scored
+-- by the time it first joined, and marks k's value v (enqueue_at).
+local function enqueue(k, v, waiter)
+  local now, t = now_ms()
+  enqueue_at(k, v, waiter, t[1] .. string.format('%06d', tonumber(t[2])), now)
 end
 
 -- leave_queue takes waiter out of lock key k's queue and returns whether

@@ -77,19 +77,13 @@ local function leave_mine(k)
 end
 
 -- join puts the waiter in lock key k's queue, ordered by its ticket, and
--- marks k's value v (enqueue, with the ticket for the join time).
+-- marks k's value v.
 local function join(k, v)
-  local q, qd = queue_keys(k)
+  local q = queue_keys(k)
   if redis.call('ZSCORE', q, me) == false then
     leave_mine(k) -- an entry under an inbox it no longer listens on
   end
-  redis.call('ZADD', q, 'NX', ticket, me)
-  redis.call('ZADD', qd, string.format('%d', now + ENTRY_MS), me)
-  redis.call('PEXPIRE', q, 2 * ENTRY_MS)
-  redis.call('PEXPIRE', qd, 2 * ENTRY_MS)
-  if v and string.byte(v, -1) ~= 33 then -- '!'
-    redis.call('SET', k, v .. '!', 'KEEPTTL')
-  end
+  enqueue_at(k, v, me, ticket, now)
 end
 
 -- older_waits reports whether lock key k's queue has a live entry older
