@@ -365,3 +365,87 @@ func TestYoungerWaiterYieldsToAnOlder(t *testing.T) {
 	}
 	require.Less(t, time.Since(asked), lockval.ReserveTTL+2*protocol.QueuedRefresh+time.Second)
 }
+
+func TestPrefixWaiterGivesBackItsPrefixBeforeAReservation(t *testing.T) {
+	// A waiter that keeps a canonical prefix (here the pipeline
+	// strategy's) must not hold keys while it waits for a key reserved
+	// for a waiter by reservation: that waiter may be waiting for its
+	// prefix, and it yields only to older waiters by reservation, so the
+	// two would wait for each other until a timeout. Here the Lua waiter
+	// W has reserved a and waits for b; the pipeline Lock of x and a
+	// (x before a in canonical order) takes x, meets a's reservation and
+	// gives x back; both are granted once b's holder lets go.
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	names, err := slot.NewNamer(e.prefix)
+	require.NoError(t, err)
+	var x, a string
+	for _, k := range slot.Sorted(keysN("pg", 16)) { // the first and the last in canonical order
+		if x == "" {
+			x = k.Name
+		}
+		a = k.Name
+	}
+	b := "pg:held"
+	holder := e.locker(slotlock.Options{TTL: 30 * time.Second})
+	w := e.locker(slotlock.Options{TTL: 30 * time.Second})
+	p := e.locker(slotlock.Options{TTL: 30 * time.Second, Strategy: slotlock.StrategyPipeline})
+	h, err := holder.Lock(ctx, b)
+	require.NoError(t, err)
+	wDone := make(chan error, 1)
+	go func() {
+		lease, err := w.Lock(ctx, a, b)
+		if err == nil {
+			err = lease.Release(ctx)
+		}
+		wDone <- err
+	}()
+	require.Eventually(t, func() bool {
+		_, ok := lockval.ParseReserved(e.lockValue(ctx, a))
+		return ok && e.queueLen(ctx, b) == 1
+	}, 10*time.Second, time.Millisecond, "W reserved a and waits for b")
+
+	pDone := make(chan error, 1)
+	go func() {
+		lease, err := p.Lock(ctx, x, a)
+		if err == nil {
+			err = lease.Release(ctx)
+		}
+		pDone <- err
+	}()
+	// The pipeline waiter attempts (taking x), meets a's reservation and
+	// gives x back. Seen from outside: x is free again while a is still
+	// W's reservation, and stays free until W is done.
+	lx := names.LockKey(x)
+	took := false
+	require.Eventually(t, func() bool {
+		v, err := e.client.Do(ctx, e.client.B().Get().Key(lx).Build()).ToString()
+		if err == nil && v != "" {
+			took = true // the pipeline waiter's prefix
+			return false
+		}
+		return took && rueidis.IsRedisNil(err)
+	}, 10*time.Second, time.Millisecond, "the pipeline waiter kept x while a was reserved")
+	// It polls (a pipeline waiter has no message), and each poll takes x
+	// for the round trip before its trim: x may be seen held now and
+	// then, but not most of the time, as it would be if the waiter kept
+	// its prefix.
+	free := 0
+	const samples = 50
+	for range samples {
+		select {
+		case err := <-pDone:
+			t.Fatalf("the pipeline Lock returned while a was reserved: %v", err)
+		default:
+		}
+		if e.lockValue(ctx, x) == "" {
+			free++
+		}
+		time.Sleep(5 * time.Millisecond) // sampling x while W waits, not an ordering
+	}
+	require.Greater(t, free, samples/2, "the pipeline waiter kept x while a stayed reserved")
+	require.NoError(t, h.Release(ctx))
+	require.NoError(t, <-wDone)
+	require.NoError(t, <-pDone)
+	require.Empty(t, e.lockKeys())
+}
