@@ -326,6 +326,17 @@ func TestYoungerWaiterYieldsToAnOlder(t *testing.T) {
 	names, err := slot.NewNamer(e.prefix)
 	require.NoError(t, err)
 	la := names.LockKey(keys[0])
+	// Nobody else takes a reserved key: not TryLock of either strategy,
+	// not a bare SET NX.
+	for _, st := range []slotlock.Strategy{slotlock.StrategyLua, slotlock.StrategyPipeline} {
+		_, err = e.locker(slotlock.Options{TTL: 30 * time.Second, Strategy: st}).TryLock(ctx, keys[0])
+		var ce *slotlock.ConflictError
+		require.ErrorAs(t, err, &ce, "strategy %d took a reserved key", st)
+		require.LessOrEqual(t, ce.Conflicts[0].TTL, lockval.ReserveTTL)
+	}
+	ok, err := e.client.Do(ctx, e.client.B().Set().Key(la).Value("x").Nx().Build()).AsBool()
+	require.True(t, rueidis.IsRedisNil(err) || err == nil && !ok, "SET NX took a reserved key: %v", err)
+
 	q, qd := names.QueueKeysInSlot(keys[0], slot.KeySlot(keys[0]))
 	const old = "AAAAAAAAAAAAAAAAAAAAAA"
 	oldInbox := names.InboxInSlot("nobody", slot.KeySlot(keys[0]))
