@@ -64,6 +64,12 @@ type Engine struct {
 	inbox *inbox   // messages to waiters by reservation (reserve.go)
 	clock srvClock // server time, for tickets
 
+	// The slot map generation last seen by Queues, and when it changed
+	// (mapChurning).
+	churnMu  sync.Mutex
+	churnGen uint64
+	churnAt  time.Time
+
 	closeOnce sync.Once // the waker is shared: give it back once
 }
 

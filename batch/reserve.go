@@ -30,10 +30,41 @@ import (
 
 var _ protocol.Queuer = (*Engine)(nil)
 
-// Queues is true for plain leases (protocol.Queuer). A reentrant lease
-// keeps the prefix protocol: its holder, the owner token, may hold a key
-// through another lease, which a reservation would overwrite.
-func (e *Engine) Queues(r *protocol.Request) bool { return r.Who.Lease == "" }
+// Queues is true for plain leases, in per-node mode, while the slot map is
+// quiet (protocol.Queuer). A reentrant lease keeps the prefix protocol: its
+// holder, the owner token, may hold a key through another lease, which a
+// reservation would overwrite. An engine in per-slot mode keeps it too: a
+// waiter by reservation sends one call per slot at every refresh and
+// confirm (TestReshardingKeepsExclusionAndAllOrNothing/per-slot took
+// about ten times the slot moves of prefix waiters to reach its grants).
+// While slots move, waits keep a prefix too:
+// node-wide calls fail whenever one of their slots is migrating, and a
+// waiter by reservation sends one to every node at each refresh and
+// confirm, so under a storm of moves it crawled
+// (TestReshardingUnderLoad: about a quarter of the grants of prefix
+// waiters); a prefix waiter gives its prefix back before a reserved key,
+// so the two kinds of waiter mix without deadlock.
+func (e *Engine) Queues(r *protocol.Request) bool {
+	return r.Who.Lease == "" && !e.perSlot.Load() && !e.mapChurning()
+}
+
+// churnQuiet is how long the slot map must stay unchanged before waits go
+// back to reservations: the spell of slotModeSpell.
+const churnQuiet = slotModeSpell
+
+// mapChurning reports whether the slot map changed within churnQuiet.
+func (e *Engine) mapChurning() bool {
+	gen := e.topo.Generation()
+	e.churnMu.Lock()
+	defer e.churnMu.Unlock()
+	if gen != e.churnGen {
+		if e.churnGen != 0 || !e.churnAt.IsZero() {
+			e.churnAt = time.Now()
+		}
+		e.churnGen = gen
+	}
+	return !e.churnAt.IsZero() && time.Since(e.churnAt) < churnQuiet
+}
 
 // Contended is true while bareSkip counts down after a first attempt met a
 // held key (protocol.Queuer): each call counts one down, as each first
@@ -216,7 +247,10 @@ func (e *Engine) closeInbox() {
 }
 
 // inboxSlots returns, per node address, the slot of the node's inbox: the
-// lowest slot it owns in the current map.
+// one it had under the previous map while the node still owns it (a
+// waiter's queue entries and reservations name its inbox, and messages to
+// a name the Engine no longer listens on are lost: a reshard that moves
+// other slots must not change it), else the lowest slot the node owns.
 func (e *Engine) inboxSlots(ctx context.Context) (map[string]uint16, error) {
 	b := e.inbox
 	gen := e.topo.Generation()
@@ -230,6 +264,11 @@ func (e *Engine) inboxSlots(ctx context.Context) (map[string]uint16, error) {
 		return nil, err
 	}
 	out := make(map[string]uint16, len(m.Addrs))
+	for node, s := range b.slots {
+		if o := m.Owner(s); o >= 0 && m.Addrs[o] == node {
+			out[node] = s
+		}
+	}
 	for s := range uint16(slot.Count) {
 		if o := m.Owner(s); o >= 0 {
 			if _, ok := out[m.Addrs[o]]; !ok {
