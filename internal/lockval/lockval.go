@@ -171,6 +171,14 @@ func Parse(v string) Value {
 // server time at which it started to wait.
 func QueueJoined(score float64) time.Time { return time.UnixMicro(int64(score)) }
 
+// QueueWaiter returns the waiter (its lease token) a member of a key's
+// queue names: a waiter in line is its token, a waiter by reservation its
+// token, a space and its inbox (hand_off in common.lua, reserve.lua).
+func QueueWaiter(member string) string {
+	w, _, _ := strings.Cut(member, " ")
+	return w
+}
+
 // QueueDeadline converts a score of a key's deadline queue (P{T}#qd:K,
 // server milliseconds) to the moment the waiter leaves the line unless it
 // joins again.

@@ -116,3 +116,15 @@ func TestParseReserved(t *testing.T) {
 		}
 	}
 }
+
+func TestQueueWaiter(t *testing.T) {
+	for m, want := range map[string]string{
+		"tok":                 "tok", // a waiter in line
+		"tok p{0}#in:id":      "tok", // a waiter by reservation
+		"tok p {0}#in:spaced": "tok", // a prefix may hold a space
+	} {
+		if got := QueueWaiter(m); got != want {
+			t.Errorf("QueueWaiter(%q) = %q, want %q", m, got, want)
+		}
+	}
+}

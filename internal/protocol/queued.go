@@ -198,14 +198,12 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 					index[k] = i
 				}
 			}
-			i, ok := index[m.Key]
-			if !ok {
-				continue
-			}
-			if m.Yield {
-				reserve = true // the Reserve yields it (rule Y)
-			} else {
-				mine[i], hinted[i] = true, time.Now()
+			if i, ok := index[m.Key]; ok {
+				if m.Yield {
+					reserve = true // the Reserve yields it (rule Y)
+				} else {
+					mine[i], hinted[i] = true, time.Now()
+				}
 			}
 		case <-timer.C:
 			reserve = true
