@@ -208,6 +208,7 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 		case <-timer.C:
 			reserve = true
 		case <-ctx.Done():
+			r.Stats.waited(w0)
 			return leave(context.Cause(ctx))
 		}
 		r.Stats.waited(w0)
