@@ -202,15 +202,15 @@ func checkIntervals(t *testing.T, evs []contenderEvent) int {
 	return n
 }
 
-// queuedAnywhere reports whether any key of keys has a waiter in line.
-func queuedAnywhere(ctx context.Context, client rueidis.Client, names slot.Namer, keys []string) bool {
+// queuedEverywhere reports whether every key's line has a waiter.
+func queuedEverywhere(ctx context.Context, client rueidis.Client, names slot.Namer, keys []string) bool {
 	for _, k := range keys {
 		q, _ := names.QueueKeysInSlot(k, slot.KeySlot(k))
-		if n, err := client.Do(ctx, client.B().Zcard().Key(q).Build()).AsInt64(); err == nil && n > 0 {
-			return true
+		if n, err := client.Do(ctx, client.B().Zcard().Key(q).Build()).AsInt64(); err != nil || n == 0 {
+			return false
 		}
 	}
-	return false
+	return true
 }
 
 func TestSeparateProcessesExclusiveWithAKilledWaiter(t *testing.T) {
@@ -243,9 +243,11 @@ func TestSeparateProcessesExclusiveWithAKilledWaiter(t *testing.T) {
 	}
 	victim := startContender(t, contenderSpec{Addrs: e.c.Addrs(), Prefix: e.prefix, TTL: ttl, Keys: held})
 	deadline := time.Now().Add(20 * time.Second)
-	for !queuedAnywhere(ctx, client, e.names, held) {
+	// Its reserve goes to every node in parallel: kill it once it stands
+	// in all six lines.
+	for !queuedEverywhere(ctx, client, e.names, held) {
 		if time.Now().After(deadline) {
-			t.Fatal("the waiter process never joined a line")
+			t.Fatal("the waiter process never joined every line")
 		}
 		time.Sleep(time.Millisecond)
 	}
