@@ -79,9 +79,13 @@ end
 -- join puts the waiter in lock key k's queue, ordered by its ticket, and
 -- marks k's value v.
 local function join(k, v)
-  local q = queue_keys(k)
-  if redis.call('ZSCORE', q, me) == false then
-    leave_mine(k) -- an entry under an inbox it no longer listens on
+  local q, qd = queue_keys(k)
+  local pre = waiter .. ' '
+  for _, m in ipairs(redis.call('ZRANGE', q, ticket, ticket, 'BYSCORE')) do
+    if m ~= me and string.sub(m, 1, #pre) == pre then
+      redis.call('ZREM', q, m) -- an entry under an inbox it no longer listens on
+      redis.call('ZREM', qd, m)
+    end
   end
   enqueue_at(k, v, me, ticket, now)
 end
