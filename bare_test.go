@@ -10,6 +10,7 @@ import (
 
 	"github.com/slotlock/slotlock"
 	"github.com/slotlock/slotlock/batch"
+	"github.com/slotlock/slotlock/internal/lockval"
 	"github.com/slotlock/slotlock/internal/protocol"
 	"github.com/slotlock/slotlock/internal/topology"
 	"github.com/slotlock/slotlock/slot"
@@ -176,9 +177,12 @@ func TestBareFirstAttempt(t *testing.T) {
 // TestBareAttemptTrimmedWhileWaiting locks a batch whose middle key (in
 // canonical order) another Locker holds, so that the first attempt's bare
 // commands take the keys on both sides of it. While it waits, the lease
-// must hold exactly the keys below the one it waits for (the keys above
-// are given back, or a waiter could hold keys out of order and deadlock
-// with another); once the holder lets go, it gets every key.
+// must hold none of them: the holds its bare commands took become its
+// reservations (reserve.lua), which nobody else takes but which expire
+// by themselves within lockval.ReserveTTL of its last refresh, and it
+// stands in the middle key's line (a waiter that held keys while it
+// waited could deadlock with another, docs/design.md "Waiting by
+// reservation"); once the holder lets go, it gets every key.
 func TestBareAttemptTrimmedWhileWaiting(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -209,19 +213,25 @@ func TestBareAttemptTrimmedWhileWaiting(t *testing.T) {
 		lease, err := l.Lock(ctx, keys...)
 		got <- result{lease, err}
 	}()
+	var waiter string
 	require.Eventually(t, func() bool {
 		locked := withoutLines(e.lockKeys()) // the waiter is in line too
-		if len(locked) != mid+1 {
+		if len(locked) != set.Len() || e.queueLen(ctx, set.Keys[mid].Name) != 1 {
 			return false
 		}
-		for i := range mid {
-			if _, ok := locked[set.Lock[i]]; !ok {
+		for i, k := range set.Lock {
+			if i == mid {
+				continue
+			}
+			r, ok := lockval.ParseReserved(locked[k])
+			if !ok || waiter != "" && r.Waiter != waiter {
 				return false
 			}
+			waiter = r.Waiter
 		}
 		v := locked[set.Lock[mid]]
 		return len(v) > 0 && v[len(v)-1] == '!'
-	}, 10*time.Second, time.Millisecond, "waiting, the lease holds the keys below the one it waits for, and only those")
+	}, 10*time.Second, time.Millisecond, "waiting, the lease holds no key: the others are reserved for it, and it is in the middle key's line")
 	select {
 	case r := <-got:
 		t.Fatalf("Lock returned while the key was held: %v", r.err)
@@ -233,6 +243,7 @@ func TestBareAttemptTrimmedWhileWaiting(t *testing.T) {
 	require.NoError(t, r.err)
 	locked := e.lockKeys()
 	require.Len(t, locked, len(keys))
+	require.Equal(t, r.lease.Token(), waiter, "the reservations were the lease's")
 	for _, k := range set.Lock {
 		require.Equal(t, r.lease.Token(), locked[k], "the lease holds %s", k)
 	}

@@ -195,7 +195,7 @@ func (k *KeyInfo) read(r []rueidis.RedisResult) error {
 		until[d.Member] = d.Score
 	}
 	for _, w := range line {
-		x := Waiter{ID: shortID(w.Member), Joined: lockval.QueueJoined(w.Score)}
+		x := Waiter{ID: shortID(lockval.QueueWaiter(w.Member)), Joined: lockval.QueueJoined(w.Score)}
 		if d, ok := until[w.Member]; ok {
 			x.Deadline = lockval.QueueDeadline(d)
 		}

@@ -145,6 +145,16 @@ func TestInspectLineAndReservation(t *testing.T) {
 	require.Equal(t, slotlock.ShortID("tokenOfAWaiter"), k.ReservedFor)
 	require.Empty(t, k.Holder)
 	require.Greater(t, k.TTL, 5*time.Second)
+
+	// A waiter by reservation's own reservation names its ticket and inbox
+	// too; Inspect shows the waiter.
+	require.NoError(t, e.client.Do(ctx, e.client.B().Set().Key(lock).Value("^1795542335123456:tokenOfAWaiter:"+names.InboxInSlot("id", slot.KeySlot("line:2"))).Px(10*time.Second).Build()).Error())
+	infos, err = l.Inspect(ctx, "line:2")
+	require.NoError(t, err)
+	k = infos[0]
+	require.True(t, k.Reserved)
+	require.False(t, k.Marked)
+	require.Equal(t, slotlock.ShortID("tokenOfAWaiter"), k.ReservedFor)
 }
 
 // Bad input is refused before anything is sent; a lock key of another type

@@ -15,6 +15,7 @@ import (
 
 	"github.com/slotlock/slotlock"
 	"github.com/slotlock/slotlock/internal/lockval"
+	"github.com/slotlock/slotlock/internal/protocol"
 	"github.com/slotlock/slotlock/slot"
 )
 
@@ -133,19 +134,40 @@ func TestReleaseHandsOffToTheOldestLiveWaiter(t *testing.T) {
 				names, _ := slot.NewNamer(e.prefix)
 				ok, err := e.client.Do(ctx, e.client.B().Set().Key(names.LockKey(keys[0])).Value("x").Nx().Build()).AsBool()
 				require.True(t, rueidis.IsRedisNil(err) || err == nil && !ok, "SET NX took a reserved key: %v", err)
-				// The waiter never comes: the reservation expires by
-				// itself within ReserveTTL, and the key is free again.
+				if m.perSlot {
+					// An engine in per-slot mode waits keeping a prefix,
+					// in line for one key (join.lua): C's reservation
+					// expires by itself within ReserveTTL and the key
+					// goes to the first to attempt, the Lock; B stays in
+					// line.
+					start := time.Now()
+					lease2, err := other.Lock(ctx, keys...)
+					require.NoError(t, err)
+					require.Less(t, time.Since(start), lockval.ReserveTTL+500*time.Millisecond, "a reservation nobody takes blocks at most ReserveTTL")
+					require.True(t, lockval.Marked(e.lockValue(ctx, keys[0])), "the taker keeps the mark while others wait")
+					require.NoError(t, lease2.Release(ctx))
+					require.Equal(t, "^BBBBBBBBBBBBBBBBBBBBBB", e.lockValue(ctx, keys[0]))
+					require.EqualValues(t, 0, e.queueLen(ctx, keys[0]))
+					return
+				}
+				// The waiters never come. The Lock waits by reservation
+				// (a younger waiter than both made-up ones): the key is
+				// C's until its reservation expires, then B's (a free
+				// key goes to the oldest live waiter in line, B, whose
+				// reservation expires in turn), then the Lock's. Each
+				// waiter that never comes costs at most ReserveTTL, plus
+				// one refresh of the Lock to see it (an expiry sends no
+				// message).
 				start := time.Now()
 				lease2, err := other.Lock(ctx, keys...)
 				require.NoError(t, err)
 				waited := time.Since(start)
-				require.Less(t, waited, lockval.ReserveTTL+500*time.Millisecond, "a reservation nobody takes blocks at most ReserveTTL")
-				// The key is marked (one waiter left in line): its next
-				// release hands it to that waiter.
-				require.True(t, lockval.Marked(e.lockValue(ctx, keys[0])), "the taker keeps the mark while others wait")
+				require.Greater(t, waited, lockval.ReserveTTL, "the older waiter B had its turn")
+				require.Less(t, waited, 2*(lockval.ReserveTTL+protocol.QueuedRefresh)+500*time.Millisecond,
+					"each reservation nobody takes blocks at most ReserveTTL")
+				require.EqualValues(t, 0, e.queueLen(ctx, keys[0]), "B was served, the Lock left the line")
 				require.NoError(t, lease2.Release(ctx))
-				require.Equal(t, "^BBBBBBBBBBBBBBBBBBBBBB", e.lockValue(ctx, keys[0]))
-				require.EqualValues(t, 0, e.queueLen(ctx, keys[0]))
+				require.Empty(t, e.lockValue(ctx, keys[0]))
 			})
 		}
 	}
@@ -279,4 +301,178 @@ func TestReleaseWithoutChannelRights(t *testing.T) {
 			})
 		}
 	}
+}
+
+func TestYoungerWaiterYieldsToAnOlder(t *testing.T) {
+	// Rule Y (cooperative wound-wait, docs/design.md "Waiting by
+	// reservation"): a waiter by reservation that holds a key reserved
+	// while it waits for another gives the reserved one to an older
+	// waiter that asks, and waits for it again behind that one. Here the
+	// older waiter is made up (a queue entry and the request on the
+	// waiter's inbox, as reserve.lua writes and sends them) and never
+	// comes: its reservation lapses within ReserveTTL and the key comes
+	// back to the real waiter, which is granted once the holder of its
+	// other key lets go. Only per-node calls: per-slot calls cannot
+	// publish to an inbox of another slot, and their waiters yield at
+	// their refresh.
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	keys := []string{"yield:a", "yield:b"}
+	opt := slotlock.Options{TTL: 30 * time.Second}
+	holder, waiter := e.locker(opt), e.locker(opt)
+	h, err := holder.Lock(ctx, keys[1])
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		lease, err := waiter.Lock(ctx, keys...)
+		if err == nil {
+			err = lease.Release(ctx)
+		}
+		got <- err
+	}()
+
+	// The waiter reserved a and stands in b's line.
+	var res lockval.Reservation
+	require.Eventually(t, func() bool {
+		var ok bool
+		res, ok = lockval.ParseReserved(e.lockValue(ctx, keys[0]))
+		return ok && e.queueLen(ctx, keys[1]) == 1
+	}, 10*time.Second, time.Millisecond)
+
+	names, err := slot.NewNamer(e.prefix)
+	require.NoError(t, err)
+	la := names.LockKey(keys[0])
+	// Nobody else takes a reserved key: not TryLock of either strategy,
+	// not a bare SET NX.
+	for _, st := range []slotlock.Strategy{slotlock.StrategyLua, slotlock.StrategyPipeline} {
+		_, err = e.locker(slotlock.Options{TTL: 30 * time.Second, Strategy: st}).TryLock(ctx, keys[0])
+		var ce *slotlock.ConflictError
+		require.ErrorAs(t, err, &ce, "strategy %d took a reserved key", st)
+		require.LessOrEqual(t, ce.Conflicts[0].TTL, lockval.ReserveTTL)
+	}
+	ok, err := e.client.Do(ctx, e.client.B().Set().Key(la).Value("x").Nx().Build()).AsBool()
+	require.True(t, rueidis.IsRedisNil(err) || err == nil && !ok, "SET NX took a reserved key: %v", err)
+
+	q, qd := names.QueueKeysInSlot(keys[0], slot.KeySlot(keys[0]))
+	const old = "AAAAAAAAAAAAAAAAAAAAAA"
+	oldInbox := names.InboxInSlot("nobody", slot.KeySlot(keys[0]))
+	now := e.serverMs(ctx, keys[0])
+	b := e.client.B()
+	for _, cmd := range []rueidis.Completed{
+		b.Zadd().Key(q).ScoreMember().ScoreMember(float64(res.Ticket-1000), old+" "+oldInbox).Build(),
+		b.Zadd().Key(qd).ScoreMember().ScoreMember(float64(now+10_000), old+" "+oldInbox).Build(),
+		b.Set().Key(la).Value(lockval.FormatReserved(lockval.Reservation{Ticket: res.Ticket, Waiter: res.Waiter, Inbox: res.Inbox, Marked: true})).Xx().Keepttl().Build(),
+		b.Spublish().Channel(res.Inbox).Message(lockval.Yield + la + " " + res.Waiter).Build(),
+	} {
+		require.NoError(t, e.client.Do(ctx, cmd).Error())
+	}
+	asked := time.Now()
+	var yielded time.Duration
+	require.Eventually(t, func() bool {
+		r, ok := lockval.ParseReserved(e.lockValue(ctx, keys[0]))
+		if ok && r.Waiter == old {
+			yielded = time.Since(asked)
+			require.Equal(t, res.Ticket-1000, r.Ticket, "the reservation carries the older waiter's ticket")
+			require.Equal(t, oldInbox, r.Inbox)
+			return true
+		}
+		return false
+	}, 5*time.Second, time.Millisecond, "the younger waiter never yielded")
+	t.Logf("yielded %v after the request", yielded)
+	require.EqualValues(t, 1, e.queueLen(ctx, keys[0]), "the waiter waits for a again, behind the older one")
+
+	// The older waiter never comes; the holder of b lets go. The waiter
+	// is granted once the made-up reservation lapses.
+	require.NoError(t, h.Release(ctx))
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(lockval.ReserveTTL + 2*protocol.QueuedRefresh + time.Second):
+		t.Fatal("the waiter was not granted after the older waiter's reservation lapsed")
+	}
+	require.Less(t, time.Since(asked), lockval.ReserveTTL+2*protocol.QueuedRefresh+time.Second)
+}
+
+func TestPrefixWaiterGivesBackItsPrefixBeforeAReservation(t *testing.T) {
+	// A waiter that keeps a canonical prefix (here the pipeline
+	// strategy's) must not hold keys while it waits for a key reserved
+	// for a waiter by reservation: that waiter may be waiting for its
+	// prefix, and it yields only to older waiters by reservation, so the
+	// two would wait for each other until a timeout. Here the Lua waiter
+	// W has reserved a and waits for b; the pipeline Lock of x and a
+	// (x before a in canonical order) takes x, meets a's reservation and
+	// gives x back; both are granted once b's holder lets go.
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	names, err := slot.NewNamer(e.prefix)
+	require.NoError(t, err)
+	var x, a string
+	for _, k := range slot.Sorted(keysN("pg", 16)) { // the first and the last in canonical order
+		if x == "" {
+			x = k.Name
+		}
+		a = k.Name
+	}
+	b := "pg:held"
+	holder := e.locker(slotlock.Options{TTL: 30 * time.Second})
+	w := e.locker(slotlock.Options{TTL: 30 * time.Second})
+	p := e.locker(slotlock.Options{TTL: 30 * time.Second, Strategy: slotlock.StrategyPipeline})
+	h, err := holder.Lock(ctx, b)
+	require.NoError(t, err)
+	wDone := make(chan error, 1)
+	go func() {
+		lease, err := w.Lock(ctx, a, b)
+		if err == nil {
+			err = lease.Release(ctx)
+		}
+		wDone <- err
+	}()
+	require.Eventually(t, func() bool {
+		_, ok := lockval.ParseReserved(e.lockValue(ctx, a))
+		return ok && e.queueLen(ctx, b) == 1
+	}, 10*time.Second, time.Millisecond, "W reserved a and waits for b")
+
+	pDone := make(chan error, 1)
+	go func() {
+		lease, err := p.Lock(ctx, x, a)
+		if err == nil {
+			err = lease.Release(ctx)
+		}
+		pDone <- err
+	}()
+	// The pipeline waiter attempts (taking x), meets a's reservation and
+	// gives x back. Seen from outside: x is free again while a is still
+	// W's reservation, and stays free until W is done.
+	lx := names.LockKey(x)
+	took := false
+	require.Eventually(t, func() bool {
+		v, err := e.client.Do(ctx, e.client.B().Get().Key(lx).Build()).ToString()
+		if err == nil && v != "" {
+			took = true // the pipeline waiter's prefix
+			return false
+		}
+		return took && rueidis.IsRedisNil(err)
+	}, 10*time.Second, time.Millisecond, "the pipeline waiter kept x while a was reserved")
+	// It polls (a pipeline waiter has no message), and each poll takes x
+	// for the round trip before its trim: x may be seen held now and
+	// then, but not most of the time, as it would be if the waiter kept
+	// its prefix.
+	free := 0
+	const samples = 50
+	for range samples {
+		select {
+		case err := <-pDone:
+			t.Fatalf("the pipeline Lock returned while a was reserved: %v", err)
+		default:
+		}
+		if e.lockValue(ctx, x) == "" {
+			free++
+		}
+		time.Sleep(5 * time.Millisecond) // sampling x while W waits, not an ordering
+	}
+	require.Greater(t, free, samples/2, "the pipeline waiter kept x while a stayed reserved")
+	require.NoError(t, h.Release(ctx))
+	require.NoError(t, <-wDone)
+	require.NoError(t, <-pDone)
+	require.Empty(t, e.lockKeys())
 }

@@ -41,6 +41,9 @@ func (e *Engine) Attempt(ctx context.Context, set *protocol.Set, from int, r *pr
 		a.Fences = make([]int64, set.Len())
 	}
 	mode := "a"
+	if opt.Mode == protocol.Confirm {
+		mode = "c"
+	}
 	if opt.Mode == protocol.Prefix {
 		// A first attempt has waited nowhere yet; a later one may be in
 		// line for keys (join.lua) and must leave those queues as it
@@ -59,7 +62,7 @@ func (e *Engine) Attempt(ctx context.Context, set *protocol.Set, from int, r *pr
 	if len(excl) > 0 {
 		jobs = append(jobs, job{s: acquireScript, set: set, idx: excl,
 			head:  []string{r.Who.Holder, r.Who.Lease, ttl, mode},
-			fence: r.Fencing, holds: r.Who.Lease != "", queue: mode == "v"})
+			fence: r.Fencing, holds: r.Who.Lease != "", queue: mode[0] == 'v' || mode[0] == 'c'})
 	}
 	// Shared keys and permits: a script of their own, in the same
 	// pipelined round trip (one more call per node that has any).
@@ -100,7 +103,7 @@ func (e *Engine) Attempt(ctx context.Context, set *protocol.Set, from int, r *pr
 				continue
 			}
 			if err != nil {
-				ne, fr := classify(jobs[c.job].s, c, err)
+				ne, fr := e.classify(jobs[c.job].s, c, err)
 				refused = refused || fr
 				if ne.Kind == rediserr.ErrStaleTopology && !c.perSlot {
 					e.markSlotMode(c.node)
@@ -134,7 +137,7 @@ func (e *Engine) Attempt(ctx context.Context, set *protocol.Set, from int, r *pr
 				granted[c.node] = true
 			}
 			for _, rc := range rep.conflicts {
-				a.Conflicts = append(a.Conflicts, protocol.Conflict{Index: c.idx[rc.pos], TTL: rc.ttl})
+				a.Conflicts = append(a.Conflicts, protocol.Conflict{Index: c.idx[rc.pos], TTL: rc.ttl, Reserved: rc.reserved})
 			}
 		}
 		if refused && round == 0 && !anyWrittenAt(a.State, idx) {

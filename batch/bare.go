@@ -38,7 +38,7 @@ const bareSkipAfterMiss = 8
 // half taken. More are tried on the first attempt only, and not while
 // bareSkip counts down after a miss.
 func (e *Engine) bareFits(n int, r *protocol.Request, opt protocol.AttemptOptions) bool {
-	if n < 1 || n > BareMax || r.Who.Lease != "" || r.Fencing || r.MinReplicas > 0 || !e.scriptsRun.Load() {
+	if n < 1 || n > BareMax || r.Who.Lease != "" || r.Fencing || r.MinReplicas > 0 || !e.scriptsRun.Load() || opt.Mode == protocol.Confirm {
 		return false
 	}
 	if !opt.First && opt.Mode == protocol.Prefix {

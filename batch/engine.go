@@ -28,7 +28,10 @@ type Engine struct {
 	client  rueidis.Client
 	topo    *topology.Source
 	perSlot atomic.Bool
-	waker   *waker
+	// noFlag: the server refused allow-cross-slot-keys; per-slot calls
+	// go without it (and their publishes cannot reach an inbox).
+	noFlag atomic.Bool
+	waker  *waker
 
 	// slotMode lists nodes that get one call per slot for a while: a
 	// node-wide call fails as a whole when any of its keys is in a slot
@@ -58,6 +61,15 @@ type Engine struct {
 
 	workers workers // the goroutines of multi-node operations
 
+	inbox *inbox   // messages to waiters by reservation (reserve.go)
+	clock srvClock // server time, for tickets
+
+	// The slot map generation last seen by Queues, and when it changed
+	// (mapChurning).
+	churnMu  sync.Mutex
+	churnGen uint64
+	churnAt  time.Time
+
 	closeOnce sync.Once // the waker is shared: give it back once
 }
 
@@ -65,7 +77,7 @@ var _ protocol.Strategy = (*Engine)(nil)
 
 // New returns an Engine for client, reading slot ownership from topo.
 func New(client rueidis.Client, topo *topology.Source, opt Options) *Engine {
-	e := &Engine{client: client, topo: topo, waker: sharedWaker(client)}
+	e := &Engine{client: client, topo: topo, waker: sharedWaker(client), inbox: newInbox()}
 	e.perSlot.Store(opt.PerSlot)
 	return e
 }
@@ -75,7 +87,10 @@ func New(client rueidis.Client, topo *topology.Source, opt Options) *Engine {
 // after Close still work, on goroutines of their own.
 func (e *Engine) Close() {
 	e.workers.close()
-	e.closeOnce.Do(e.waker.release)
+	e.closeOnce.Do(func() {
+		e.closeInbox()
+		e.waker.release()
+	})
 }
 
 // PerSlot reports whether the engine makes one call per slot (true) or one

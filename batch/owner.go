@@ -179,7 +179,7 @@ func (e *Engine) ownerChecked(ctx context.Context, jobs []job, w *waitAfter) []p
 			k := j.orig
 			pos, err := decodePositions(res, len(c.idx))
 			if err != nil {
-				ne, refused := classify(j.s, c, err)
+				ne, refused := e.classify(j.s, c, err)
 				if refused {
 					e.perSlot.Store(true)
 				}

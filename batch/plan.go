@@ -30,6 +30,9 @@ type job struct {
 	// scripts/shared.lua), 0 otherwise. In slot form, shared keys'
 	// holders sets are declared too.
 	kind byte
+	// nodeHead, when set, gives the head of the calls to one node (a
+	// waiter's inbox differs per node); head is then unused.
+	nodeHead func(node string) []string
 }
 
 // permitArgs returns the units and limit of permit i of a request set, as
@@ -46,6 +49,10 @@ type call struct {
 	node    string
 	idx     []int
 	perSlot bool
+	// flagged: a per-slot call sent with allow-cross-slot-keys (the
+	// server has not refused the flag), so that its publishes reach a
+	// waiter's inbox.
+	flagged bool
 }
 
 // MaxCallKeys bounds the keys of one script call. A node runs a script
@@ -111,7 +118,7 @@ func (e *Engine) plan(ctx context.Context, jobs []job, perSlot bool) ([]call, ui
 				for b < len(group) && b-a < MaxCallKeys && j.set.Keys[group[b]].Slot == j.set.Keys[group[a]].Slot {
 					b++
 				}
-				calls = append(calls, call{job: ji, node: m.Addrs[o], idx: group[a:b], perSlot: true})
+				calls = append(calls, call{job: ji, node: m.Addrs[o], idx: group[a:b], perSlot: true, flagged: !e.noFlag.Load()})
 				a = b
 			}
 		}
@@ -126,6 +133,9 @@ func (e *Engine) plan(ctx context.Context, jobs []job, perSlot bool) ([]call, ui
 func (e *Engine) build(c call, j job, eval bool) rueidis.Completed {
 	b := e.client.B()
 	s, set := j.s, j.set
+	if j.nodeHead != nil {
+		j.head = j.nodeHead(c.node)
+	}
 	if c.perSlot {
 		keys := make([]string, 0, 2*len(c.idx)+1)
 		for _, i := range c.idx {
@@ -159,10 +169,14 @@ func (e *Engine) build(c call, j job, eval bool) rueidis.Completed {
 				args = append(args, u, l)
 			}
 		}
-		if eval {
-			return b.Eval().Script(s.slotText).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+		text, sha := s.slotText, s.slotSHA
+		if c.flagged {
+			text, sha = s.slotFlagText, s.slotFlagSHA
 		}
-		return b.Evalsha().Sha1(s.slotSHA).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+		if eval {
+			return b.Eval().Script(text).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+		}
+		return b.Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 	}
 	var args []string
 	if j.kind == 'p' {
@@ -187,11 +201,17 @@ func (e *Engine) build(c call, j job, eval bool) rueidis.Completed {
 }
 
 // classify turns a failed call's error into a NodeError of the right kind.
-// It reports whether the server refused the allow-cross-slot-keys flag.
-func classify(s *script, c call, err error) (ne *protocol.NodeError, flagRefused bool) {
+// It reports whether the server refused the allow-cross-slot-keys flag;
+// then the engine sends calls per slot and without the flag from now on.
+func (e *Engine) classify(s *script, c call, err error) (ne *protocol.NodeError, flagRefused bool) {
 	ne = protocol.NewNodeError(c.node, s.name, len(c.idx), s.explainDenial(err))
 	if _, ok := err.(noNodeClient); ok {
 		ne.Kind = rediserr.ErrStaleTopology
 	}
-	return ne, !c.perSlot && rediserr.FlagRefused(err)
+	flagRefused = (!c.perSlot || c.flagged) && rediserr.FlagRefused(err)
+	if flagRefused {
+		e.noFlag.Store(true)
+		e.perSlot.Store(true)
+	}
+	return ne, flagRefused
 }

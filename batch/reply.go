@@ -12,7 +12,8 @@ import (
 
 // acquireReply is acquire.lua's reply, {granted, nconflicts, i1, pttl1,
 // ..., fence1, ..., fence_granted}: the first `granted` keys of the call
-// are held; each conflict is a 1-based position in the call and the
+// are held; each conflict is a 1-based position in the call (negated for
+// a key reserved for a waiter) and the
 // holder's remaining time in ms (-1: no expiry); with fencing, the tokens
 // of the granted keys follow, in order.
 type acquireReply struct {
@@ -22,8 +23,9 @@ type acquireReply struct {
 }
 
 type replyConflict struct {
-	pos int // 0-based position in the call
-	ttl time.Duration
+	pos      int // 0-based position in the call
+	ttl      time.Duration
+	reserved bool // the key is reserved for a waiter
 }
 
 // decodeAcquire reads acquire.lua's reply to a call of n keys.
@@ -38,7 +40,12 @@ func decodeAcquire(r rueidis.RedisResult, n int) (acquireReply, error) {
 	out := acquireReply{granted: int(vals[0])}
 	nc := int(vals[1])
 	for k := range nc {
-		pos, pttl := int(vals[2+2*k])-1, vals[3+2*k]
+		pos, pttl := int(vals[2+2*k]), vals[3+2*k]
+		reserved := pos < 0
+		if reserved {
+			pos = -pos
+		}
+		pos--
 		if pos < 0 || pos >= n {
 			return acquireReply{}, fmt.Errorf("malformed acquire reply %v: conflict position %d", vals, pos+1)
 		}
@@ -46,7 +53,7 @@ func decodeAcquire(r rueidis.RedisResult, n int) (acquireReply, error) {
 		if pttl < 0 {
 			d = -1
 		}
-		out.conflicts = append(out.conflicts, replyConflict{pos: pos, ttl: d})
+		out.conflicts = append(out.conflicts, replyConflict{pos: pos, ttl: d, reserved: reserved})
 	}
 	out.fences = vals[2+2*nc:]
 	return out, nil

@@ -39,6 +39,8 @@ var (
 	sharedReleaseBody string
 	//go:embed scripts/shared_extend.lua
 	sharedExtendBody string
+	//go:embed scripts/reserve.lua
+	reserveBody string
 )
 
 // Shebangs. A script that declares flags makes Redis check for OOM once,
@@ -69,6 +71,11 @@ type script struct {
 	name               string
 	nodeText, slotText string
 	nodeSHA, slotSHA   string
+	// slotFlag is the slot form with allow-cross-slot-keys, for servers
+	// that take the flag: its keys are still one slot, declared, but it
+	// may publish to a channel of another slot on its node (a waiter's
+	// inbox, reserve.go). Without the flag that SPUBLISH is refused.
+	slotFlagText, slotFlagSHA string
 }
 
 // newScript builds a script; allowOOM says whether it may run over
@@ -79,12 +86,14 @@ func newScript(name, body string, allowOOM bool) *script {
 		node, slot = shebangNodeOOM, shebangSlotOOM
 	}
 	s := &script{
-		name:     name,
-		nodeText: node + commonLua + reentrant.HoldLua + body,
-		slotText: slot + commonLua + reentrant.HoldLua + body,
+		name:         name,
+		nodeText:     node + commonLua + reentrant.HoldLua + body,
+		slotText:     slot + commonLua + reentrant.HoldLua + body,
+		slotFlagText: node + commonLua + reentrant.HoldLua + body,
 	}
 	s.nodeSHA = sha1Hex(s.nodeText)
 	s.slotSHA = sha1Hex(s.slotText)
+	s.slotFlagSHA = s.nodeSHA
 	return s
 }
 
@@ -133,9 +142,17 @@ var (
 	releaseScript = newScript("release", releaseBody, true)
 	extendScript  = newScript("extend", extendBody, true)
 	guardScript   = newScript("guard", guardBody, false)
+	// reserveScript is a waiter's reserve and leave (reserve.lua). Its
+	// leave gives keys back, so it may run over maxmemory, as release.
+	reserveScript = newScript("reserve", reserveBody, true)
 	// release1Script is the one-key release: one form, the key declared,
-	// common.lua's helpers (for holder_of) but not the hold sets'.
-	release1Script = rueidis.NewLuaScript(shebangSlotOOM + commonLua + release1Body)
+	// common.lua's helpers (for holder_of) but not the hold sets'. It
+	// declares allow-cross-slot-keys only for its hand-off's SPUBLISH to
+	// the waiter's inbox, a channel of another slot on the same node
+	// (refused without the flag); its keys are all of one slot. A server
+	// that refuses the flag fails it before it runs, and the general
+	// release runs instead (releaseOne).
+	release1Script = rueidis.NewLuaScript(shebangNodeOOM + commonLua + release1Body)
 	// joinScript puts a waiter in line for one key (join.lua): one slot,
 	// its three keys declared, sent through the cluster client.
 	joinScript = rueidis.NewLuaScript(shebangSlot + commonLua + joinBody)

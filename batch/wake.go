@@ -101,9 +101,12 @@ func newWaker(client rueidis.Client) *waker {
 const closeTimeout = 10 * time.Second
 
 // close waits for the unsubscribes still in flight, for up to 10 s.
-func (w *waker) close() {
+func (w *waker) close() { waitBounded(&w.bg) }
+
+// waitBounded waits for wg, at most closeTimeout.
+func waitBounded(wg *sync.WaitGroup) {
 	done := make(chan struct{})
-	go func() { w.bg.Wait(); close(done) }()
+	go func() { wg.Wait(); close(done) }()
 	t := time.NewTimer(closeTimeout)
 	defer t.Stop()
 	select {

@@ -135,7 +135,8 @@ func (e *Engine) Attempt(ctx context.Context, set *protocol.Set, from int, r *pr
 			}
 			// Someone else's: a value of theirs, gone since the SET (TTL
 			// 0: try again at once), or not a string at all.
-			a.Conflicts = append(a.Conflicts, protocol.Conflict{Index: i, TTL: conflictTTL(res[2*k+1])})
+			_, reserved := lockval.ReservedFor(v)
+			a.Conflicts = append(a.Conflicts, protocol.Conflict{Index: i, TTL: conflictTTL(res[2*k+1]), Reserved: reserved})
 		}
 	}
 	if errs.stale() {

@@ -142,6 +142,13 @@ func (n Namer) QueueKeysInSlot(userKey string, s uint16) (order, deadlines strin
 	return both[:cut], both[cut:]
 }
 
+// InboxInSlot returns the sharded channel on which the Locker id listens
+// for messages to its waiters, in slot s (one per node: a script may
+// publish only to a channel of its own node).
+func (n Namer) InboxInSlot(id string, s uint16) string {
+	return n.prefix + "{" + Tag(s) + "}#in:" + id
+}
+
 // UserKey returns the user key a lock key was made for, and false when
 // lockKey is not a lock key of this Namer.
 func (n Namer) UserKey(lockKey string) (string, bool) {

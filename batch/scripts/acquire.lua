@@ -11,7 +11,10 @@
 --         take the keys before the first conflict (a waiter's canonical
 --         prefix) and mark the conflicting key as waited on, or 'v' as 'w'
 --         for an acquisition that may have waited in line (join.lua): no
---         fast path, and each key it takes it also leaves the queue of;
+--         fast path, and each key it takes it also leaves the queue of,
+--         or 'c' (confirm) as 'a' for an acquisition that waited by
+--         reservation (reserve.lua): no fast path, keys reserved for it
+--         count as free, and it leaves the queues of the keys it takes;
 --         followed by 'f' when grants take fencing tokens
 -- ARGV[5..] the lock keys in canonical order (slot, then bytes), when the
 --         call covers a whole node (KEYS[1] then only routes the call).
@@ -31,15 +34,17 @@
 --
 -- Returns {granted, nconflicts, i1, pttl1, ..., fence1, ..., fence_granted}:
 -- the first `granted` keys are held; each i is the 1-based position of a key
--- held by someone else, with its remaining time in ms (-1: no expiry); the
+-- held by someone else, negated when the key is reserved for a waiter, with
+-- its remaining time in ms (-1: no expiry); the
 -- fences (with 'f') are the fencing tokens of the granted keys, in order.
 local holder, lease, ttl, mode = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local keys, first, last = ARGV, 5, #ARGV
 if ARGV[5] == '' then
   keys, first, last = KEYS, 1, tonumber(ARGV[6])
 end
-local wait = string.sub(mode, 1, 1) ~= 'a'
-local queued = string.sub(mode, 1, 1) == 'v'
+local m1 = string.sub(mode, 1, 1)
+local wait = m1 == 'w' or m1 == 'v'
+local queued = m1 == 'v' or m1 == 'c'
 local fencing = string.find(mode, 'f', 1, true) ~= nil
 
 -- The common case first: a plain lease (no fencing token to draw, no hold
@@ -78,20 +83,22 @@ for i = first, last do
     return v
   end
   local ours = v and reserved_for(v) == waiter
+  local marked = ours and string.byte(v, -1) == 33 -- '!'
   if ours then
     v = nil
   end
-  if (queued or ours) and not v then
-    -- A free key (or one handed to us) may still list us in its queue:
-    -- it was freed by expiry or by a script-free release. Read the queue
-    -- now, leave it when writing.
+  if (m1 == 'v' and not v) or marked then
+    -- A free key may still list a waiter in line ('v') in its queue: it
+    -- was freed by expiry or by a script-free release; a key reserved for
+    -- us and marked has others in line. Read the queue now, leave it when
+    -- writing. (A key reserved for us and unmarked has no queue: I-mark.)
     handed[i] = read_queue(keys[i])
   end
   if v and v ~= holder and holder_of(v) ~= holder then
     if stop > last then
       stop = i
     end
-    conflicts[#conflicts + 1] = i - first + 1
+    conflicts[#conflicts + 1] = reserved_for(v) and first - i - 1 or i - first + 1
     conflicts[#conflicts + 1] = redis.call('PTTL', keys[i])
     if wait or #conflicts >= 128 then
       break

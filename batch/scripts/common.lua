@@ -1,23 +1,28 @@
 -- Shared by every slotlock script (prepended to each body when the script
 -- is loaded; there is no include in Redis scripting).
 --
--- A lock key holds a string, either held or reserved:
+-- A lock key holds a string, held, reserved or shared:
 --   held      holder ['.' fence] ['!']
---   reserved  '^' waiter ['!']
---   shared    '~' ['!']   (SHARED in shared.lua, the request form's)
+--   reserved  '^' waiter ['!']                        (handed to a waiter in line)
+--             '^' ticket ':' waiter ':' inbox ['!']   (a waiter by reservation)
+--   shared    '~' [holder] ['!']                      (SHARED in shared.lua, the request form's)
 --   holder  the lease token, or for reentrant leases the owner token
 --   fence   the fencing token of the grant, when fencing is on
---   waiter  the acquisition a release handed the key to (its lease token)
+--   waiter  the acquisition the key is reserved for (its lease token)
+--   ticket  that acquisition's age: server time in microseconds, decimal
+--   inbox   the sharded channel its Locker listens on, on this node
 --   '!'     a waiter's mark: the key's queue may hold waiters, and its
 --           release hands the key on (hand_off) or publishes on the key's
 --           channel
 -- '^' is not base64url, so a reserved value never equals or starts with a
 -- token: every check that compares a value with a holder (is_mine, SET NX,
--- the pipeline strategy's compare) already refuses a reservation.
+-- the pipeline strategy's compare) already refuses a reservation. Tokens
+-- are base64url: never '.', '!', '#', ':', ' ', '^' or '~'; an inbox ends with
+-- one (its Locker id), so a trailing '!' is always the mark.
 -- Reentrant leases also keep a hold set beside the lock key (package
 -- reentrant, hold.lua, which follows this file in every script).
--- Tokens never contain '.', '!' or '#'. The Go side of this format is
--- internal/lockval (Holder, Fence, Marked): change both together.
+-- The Go side of this format is internal/lockval (Holder, Fence, Marked,
+-- ParseReserved): change both together.
 
 -- holder_of returns the holder part of a lock value.
 local function holder_of(v)
@@ -55,20 +60,27 @@ local function publish(ch, msg)
   redis.pcall('SPUBLISH', ch, msg)
 end
 
--- Waiting in line across processes (docs/design.md, "Waiting in line").
--- A waiter that meets a held key joins the key's queue, two sorted sets in
--- the key's slot: P{T}#q:K orders waiters by the server time they first
--- joined (microseconds), P{T}#qd:K gives each its deadline (ms, server
+-- Waiting across processes (docs/design.md, "Waiting in line" and
+-- "Waiting by reservation"). A waiter that meets a held key joins the
+-- key's queue, two sorted sets in the key's slot: P{T}#q:K orders waiters
+-- (score: microseconds of server time; a waiter in line (join.lua) scores
+-- the time it first joined and is named by its token, a waiter by
+-- reservation (reserve.lua) scores its ticket and is named by its token, a
+-- space and its inbox), P{T}#qd:K gives each its deadline (ms, server
 -- time), which every later join of the same waiter pushes on. A release of
 -- a marked key hands it to the oldest live waiter instead of deleting it:
 -- the key becomes that waiter's reservation for RESERVE_MS, which only
--- that waiter's next attempt takes (a bare SET NX, TryLock and every other
--- waiter see a held key), and one message naming the waiter wakes it.
--- RESERVE_MS bounds what a waiter that never comes (killed, cancelled,
--- waiting for a lower key) costs a key: a reservation is never renewed.
+-- that waiter takes (a bare SET NX, TryLock and every other waiter see a
+-- held key), and one message naming the waiter wakes it (on the key's
+-- channel, or on the waiter's inbox).
+-- RESERVE_MS bounds what a waiter that never comes (killed, cancelled)
+-- costs a key: a waiter in line never renews a reservation; a waiter by
+-- reservation renews its own every third of it while it waits
+-- (protocol.ReserveRefresh), so a dead one's lapse within RESERVE_MS.
 -- ENTRY_MS bounds how long a waiter that stopped joining stays in line: a
--- live waiter joins again at every attempt, at least every 400 ms
--- (inLineTick in batch/wake.go). The Go side names both in internal/lockval.
+-- live waiter joins again at least every 400 ms (inLineTick in
+-- batch/wake.go, protocol.QueuedRefresh). The Go side names both in
+-- internal/lockval.
 local RESERVE_MS = 500
 local ENTRY_MS = 3000
 
@@ -98,7 +110,42 @@ local function reserved_for(v)
   if string.byte(v, 1) ~= 94 then -- '^'
     return nil
   end
-  return holder_of(string.sub(v, 2))
+  local c = string.find(v, ':', 2, true)
+  if not c then
+    return holder_of(string.sub(v, 2)) -- '^' waiter ['!']
+  end
+  return string.sub(v, c + 1, string.find(v, ':', c + 1, true) - 1)
+end
+
+-- res_parse returns the ticket, waiter and inbox of a reservation of a
+-- waiter by reservation ('^' ticket ':' waiter ':' inbox ['!']), nil for
+-- any other value.
+local function res_parse(v)
+  if string.byte(v, 1) ~= 94 then -- '^'
+    return nil
+  end
+  local c = string.find(v, ':', 2, true)
+  if not c then
+    return nil
+  end
+  local d = string.find(v, ':', c + 1, true)
+  local e = #v
+  if string.byte(v, -1) == 33 then -- '!'
+    e = e - 1
+  end
+  return string.sub(v, 2, c - 1), string.sub(v, c + 1, d - 1), string.sub(v, d + 1, e)
+end
+
+-- older reports whether ticket t1 of waiter w1 is older than ticket t2 of
+-- waiter w2: tickets first (exact as numbers below 2^53: microseconds
+-- since 1970 are about 1.8e15), the waiters' bytes break ties. The same
+-- order as the queue's (score, then member, which starts with the waiter).
+local function older(t1, w1, t2, w2)
+  local a, b = tonumber(t1), tonumber(t2)
+  if a ~= b then
+    return a < b
+  end
+  return w1 < w2
 end
 
 -- now_ms returns the server's time in milliseconds, and its two TIME parts.
@@ -107,20 +154,27 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t
 end
 
--- enqueue puts waiter in lock key k's queue (keeping its place if it is
--- already there) and marks k's value v. The caller has read k and its
--- queue keys before its first write. Numbers go to Redis through
+-- enqueue_at puts member in lock key k's queue with score (keeping its
+-- place if it is already there), gives it the deadline now + ENTRY_MS
+-- (now: server time in ms) and marks k's value v. The caller has read k
+-- and its queue keys before its first write. Numbers go to Redis through
 -- string.format: tostring would print them in exponent form.
-local function enqueue(k, v, waiter)
+local function enqueue_at(k, v, member, score, now)
   local q, qd = queue_keys(k)
-  local now, t = now_ms()
-  redis.call('ZADD', q, 'NX', t[1] .. string.format('%06d', tonumber(t[2])), waiter)
-  redis.call('ZADD', qd, string.format('%d', now + ENTRY_MS), waiter)
+  redis.call('ZADD', q, 'NX', score, member)
+  redis.call('ZADD', qd, string.format('%d', now + ENTRY_MS), member)
   redis.call('PEXPIRE', q, 2 * ENTRY_MS)
   redis.call('PEXPIRE', qd, 2 * ENTRY_MS)
   if v and string.byte(v, -1) ~= 33 then -- '!'
     redis.call('SET', k, v .. '!', 'KEEPTTL')
   end
+end
+
+-- enqueue puts a waiter in line (join.lua) in lock key k's queue, scored
+-- by the time it first joined, and marks k's value v (enqueue_at).
+local function enqueue(k, v, waiter)
+  local now, t = now_ms()
+  enqueue_at(k, v, waiter, t[1] .. string.format('%06d', tonumber(t[2])), now)
 end
 
 -- leave_queue takes waiter out of lock key k's queue and returns whether
@@ -132,27 +186,45 @@ local function leave_queue(k, waiter)
   return redis.call('ZCARD', q) > 0
 end
 
--- hand_off gives lock key k, which its owner's script has just given up,
--- to the oldest waiter in its queue whose deadline has not passed, or
--- deletes it when there is none. Only the owner's own script (release)
--- calls it: no script ever writes over a value naming someone else. The
--- caller has read k's queue keys before its first write.
-local function hand_off(k)
+-- drop_dead removes the entries of lock key k's queue whose deadline
+-- passed (server time now).
+local function drop_dead(k, now)
   local q, qd = queue_keys(k)
-  local now = now_ms()
   local dead = redis.call('ZRANGE', qd, '-inf', '(' .. string.format('%d', now), 'BYSCORE')
   for _, w in ipairs(dead) do
     redis.call('ZREM', q, w)
     redis.call('ZREM', qd, w)
   end
-  local head = redis.call('ZRANGE', q, 0, 0)
+end
+
+-- hand_off gives lock key k, which its owner's script has just given up
+-- (or which is free), to the oldest waiter in its queue whose deadline has
+-- not passed, or deletes it when there is none. Only the owner's own
+-- script calls it on a key that has an owner: no script ever writes over a
+-- value naming someone else. The caller has read k's queue keys before its
+-- first write. A waiter by reservation (its entry is waiter ' ' inbox) is
+-- handed a reservation naming its ticket and inbox, and woken on its
+-- inbox; a waiter in line (its entry is its token) on the key's channel.
+local function hand_off(k)
+  local q, qd = queue_keys(k)
+  drop_dead(k, now_ms())
+  local head = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')
   if #head == 0 then
     redis.call('DEL', k, q, qd)
     publish(k, 'r')
     return
   end
   local more = leave_queue(k, head[1])
-  redis.call('SET', k, '^' .. head[1] .. (more and '!' or ''), 'PX', RESERVE_MS)
+  local mark = more and '!' or ''
+  local sp = string.find(head[1], ' ', 1, true)
+  if sp then
+    local waiter, inbox = string.sub(head[1], 1, sp - 1), string.sub(head[1], sp + 1)
+    redis.call('SET', k, '^' .. string.format('%d', tonumber(head[2])) .. ':' .. waiter .. ':' .. inbox .. mark,
+      'PX', RESERVE_MS)
+    publish(inbox, 'h ' .. k .. ' ' .. waiter) -- lockval.HandOff
+    return
+  end
+  redis.call('SET', k, '^' .. head[1] .. mark, 'PX', RESERVE_MS)
   publish(k, 'h ' .. head[1]) -- lockval.HandOff
 end
 

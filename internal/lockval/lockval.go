@@ -4,15 +4,20 @@
 //
 // A lock key holds a string, held, reserved or shared:
 //
-//		holder ['.' fence] ['!']      held
-//		'^' waiter ['!']              reserved
-//		'~' [holder] ['!']            held shared (Locker.Acquire)
+//		holder ['.' fence] ['!']                  held
+//		'^' waiter ['!']                          reserved (handed to a waiter in line)
+//		'^' ticket ':' waiter ':' inbox ['!']     reserved (a waiter by reservation)
+//		'~' [holder] ['!']                        held shared (Locker.Acquire)
 //
 //	  - holder: the lease token, or for reentrant leases the owner token
 //	    (base64url: never '.', '!', '#', '^' or '~');
 //	  - fence: the decimal fencing token of the grant, when fencing is on;
-//	  - waiter: the lease token of the waiting acquisition a release handed
-//	    the key to; only that acquisition's next attempt takes it;
+//	  - waiter: the lease token of the waiting acquisition the key is
+//	    reserved for; only that acquisition takes it;
+//	  - ticket: that acquisition's age, the server time in microseconds
+//	    (decimal) when it started to wait; the smaller is older;
+//	  - inbox: the sharded channel its Locker listens on, on the key's node
+//	    (it ends with the Locker's base64url id, never with '!');
 //	  - '~': shared holders hold the key: the one holder's lease token
 //	    follows it, or with several nothing does and they are listed, each
 //	    with its expiry, in a sorted set beside the key
@@ -37,9 +42,10 @@ import (
 	"time"
 )
 
-// ReserveTTL is RESERVE_MS of common.lua: the life of a reservation, never
-// renewed, hence the longest a waiter that does not come (killed,
-// cancelled) keeps a key from others.
+// ReserveTTL is RESERVE_MS of common.lua: the life of a reservation from
+// its last write (a hand-off, or its waiter's own refresh), hence the
+// longest a waiter that does not come (killed, cancelled) keeps a key from
+// others.
 const ReserveTTL = 500 * time.Millisecond
 
 // EntryTTL is ENTRY_MS of common.lua: how long a waiter stays in a key's
@@ -52,6 +58,9 @@ const Reserve = "^"
 // ReservedFor returns the waiter a reserved value names, and false for a
 // held value (reserved_for in common.lua).
 func ReservedFor(v string) (string, bool) {
+	if r, ok := ParseReserved(v); ok {
+		return r.Waiter, true
+	}
 	if !strings.HasPrefix(v, Reserve) {
 		return "", false
 	}
@@ -66,13 +75,62 @@ const Shared = "~"
 // in shared.lua).
 func IsShared(v string) bool { return strings.HasPrefix(v, Shared) }
 
+// Reservation is a reserved value of a waiter by reservation.
+type Reservation struct {
+	Ticket int64 // microseconds of server time; the smaller is older
+	Waiter string
+	Inbox  string
+	Marked bool
+}
+
+// ParseReserved reads '^' ticket ':' waiter ':' inbox ['!'] (res_parse in
+// common.lua), and returns false for any other value.
+func ParseReserved(v string) (Reservation, bool) {
+	rest, ok := strings.CutPrefix(v, Reserve)
+	if !ok {
+		return Reservation{}, false
+	}
+	ticket, rest, ok := strings.Cut(rest, ":")
+	if !ok {
+		return Reservation{}, false
+	}
+	t, err := strconv.ParseInt(ticket, 10, 64)
+	if err != nil || t < 0 {
+		return Reservation{}, false
+	}
+	waiter, inbox, ok := strings.Cut(rest, ":")
+	if !ok || waiter == "" {
+		return Reservation{}, false
+	}
+	r := Reservation{Ticket: t, Waiter: waiter, Inbox: inbox}
+	r.Inbox, r.Marked = strings.CutSuffix(inbox, Mark)
+	return r, true
+}
+
+// FormatReserved writes r in the form ParseReserved reads (reserve.lua
+// writes the same bytes).
+func FormatReserved(r Reservation) string {
+	v := Reserve + strconv.FormatInt(r.Ticket, 10) + ":" + r.Waiter + ":" + r.Inbox
+	if r.Marked {
+		v += Mark
+	}
+	return v
+}
+
 // Mark is the waiter's mark, the last byte of a marked value.
 const Mark = "!"
 
 // HandOff starts the message a release publishes on a key's channel when
 // it hands the key to a waiter: HandOff + the waiter's lease token
-// (hand_off in common.lua). A plain release publishes "r".
+// (hand_off in common.lua). A plain release publishes "r". To a waiter by
+// reservation it goes on the waiter's inbox instead: HandOff + lock key +
+// ' ' + waiter.
 const HandOff = "h "
+
+// Yield starts the message reserve.lua publishes on a waiter's inbox to
+// ask it to give a reserved key to an older waiter: Yield + lock key + ' '
+// + waiter.
+const Yield = "y "
 
 // Holder returns the holder part of v (holder_of in common.lua).
 func Holder(v string) string {
@@ -130,8 +188,18 @@ func Parse(v string) Value {
 
 // QueueJoined converts a score of a key's arrival queue (P{T}#q:K, written
 // by enqueue in common.lua as the server's TIME: seconds followed by six
-// digits of microseconds) to the moment the waiter first joined.
+// digits of microseconds) to the moment the waiter first joined. For a
+// waiter by reservation the score is its ticket, the same unit: the
+// server time at which it started to wait.
 func QueueJoined(score float64) time.Time { return time.UnixMicro(int64(score)) }
+
+// QueueWaiter returns the waiter (its lease token) a member of a key's
+// queue names: a waiter in line is its token, a waiter by reservation its
+// token, a space and its inbox (hand_off in common.lua, reserve.lua).
+func QueueWaiter(member string) string {
+	w, _, _ := strings.Cut(member, " ")
+	return w
+}
 
 // QueueDeadline converts a score of a key's deadline queue (P{T}#qd:K,
 // server milliseconds) to the moment the waiter leaves the line unless it

@@ -56,17 +56,18 @@ func TestReservedFor(t *testing.T) {
 
 func TestParseValue(t *testing.T) {
 	for v, want := range map[string]Value{
-		"tok":     {Holder: "tok"},
-		"tok!":    {Holder: "tok", Marked: true},
-		"tok.42":  {Holder: "tok", Fence: 42},
-		"tok.42!": {Holder: "tok", Fence: 42, Marked: true},
-		"^w":      {Waiter: "w"},
-		"^w!":     {Waiter: "w", Marked: true},
-		"tok.x":   {Holder: "tok"}, // fence_of: a malformed fence is 0
-		"~tok":    {Holder: "tok", Shared: true},
-		"~tok!":   {Holder: "tok", Shared: true, Marked: true},
-		"~!":      {Shared: true, Marked: true},
-		"":        {},
+		"tok":                             {Holder: "tok"},
+		"tok!":                            {Holder: "tok", Marked: true},
+		"tok.42":                          {Holder: "tok", Fence: 42},
+		"tok.42!":                         {Holder: "tok", Fence: 42, Marked: true},
+		"^w":                              {Waiter: "w"},
+		"^w!":                             {Waiter: "w", Marked: true},
+		"^1795542335123456:w:p{0}#in:id!": {Waiter: "w", Marked: true}, // a waiter by reservation
+		"tok.x":                           {Holder: "tok"},             // fence_of: a malformed fence is 0
+		"~tok":                            {Holder: "tok", Shared: true},
+		"~tok!":                           {Holder: "tok", Shared: true, Marked: true},
+		"~!":                              {Shared: true, Marked: true},
+		"":                                {},
 	} {
 		if got := Parse(v); got != want {
 			t.Errorf("Parse(%q) = %+v, want %+v", v, got, want)
@@ -89,6 +90,53 @@ func TestShared(t *testing.T) {
 	for v, want := range map[string]bool{"~": true, "~!": true, "~tok": true, "~tok!": true, "tok": false, "tok.3!": false, "^tok": false, "": false} {
 		if got := IsShared(v); got != want {
 			t.Errorf("IsShared(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
+
+func TestParseReserved(t *testing.T) {
+	for _, c := range []struct {
+		v    string
+		want Reservation
+		ok   bool
+	}{
+		{"^1795542335123456:AAAAAAAAAAAAAAAAAAAAAA:p{0}#in:ZZZZ", Reservation{1795542335123456, "AAAAAAAAAAAAAAAAAAAAAA", "p{0}#in:ZZZZ", false}, true},
+		{"^12:abc:x:y:z!", Reservation{12, "abc", "x:y:z", true}, true},
+		{"^12:abc:!", Reservation{12, "abc", "", true}, true},
+		{"^abc", Reservation{}, false},      // handed to a waiter in line: no ticket
+		{"^x1:abc:i", Reservation{}, false}, // not a ticket
+		{"^12:abc", Reservation{}, false},
+		{"^12::i", Reservation{}, false},
+		{"abc!", Reservation{}, false},
+		{"abc.7", Reservation{}, false},
+	} {
+		got, ok := ParseReserved(c.v)
+		if ok != c.ok || got != c.want {
+			t.Errorf("ParseReserved(%q) = %+v, %v; want %+v, %v", c.v, got, ok, c.want, c.ok)
+		}
+		if !ok {
+			continue
+		}
+		if FormatReserved(got) != c.v {
+			t.Errorf("FormatReserved(ParseReserved(%q)) = %q", c.v, FormatReserved(got))
+		}
+		if w, rok := ReservedFor(c.v); !rok || w != c.want.Waiter {
+			t.Errorf("ReservedFor(%q) = %q, %v; want %q", c.v, w, rok, c.want.Waiter)
+		}
+		if Holder(c.v) == c.want.Waiter || OfPlain(c.v, c.want.Waiter) {
+			t.Errorf("%q reads as held by its waiter", c.v)
+		}
+	}
+}
+
+func TestQueueWaiter(t *testing.T) {
+	for m, want := range map[string]string{
+		"tok":                 "tok", // a waiter in line
+		"tok p{0}#in:id":      "tok", // a waiter by reservation
+		"tok p {0}#in:spaced": "tok", // a prefix may hold a space
+	} {
+		if got := QueueWaiter(m); got != want {
+			t.Errorf("QueueWaiter(%q) = %q, want %q", m, got, want)
 		}
 	}
 }

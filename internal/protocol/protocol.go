@@ -68,14 +68,19 @@ type Strategy interface {
 // third of the TTL has passed; and no wait is longer than a third of the
 // TTL while a prefix is held.
 //
-// Across processes the Lua strategy keeps a line per key in Redis: a
-// release hands the key to the oldest live waiter as a short reservation,
-// which no one else takes and which expires by itself (docs/design.md,
-// "Waiting in line across processes"). A reservation is not a grant: the
-// waiter's next attempt takes the key like any free key, so the arguments
-// above stand; a wait-for edge through a reservation ends within its
-// expiry whoever waits, so it cannot close a cycle for long.
-// The pipeline strategy has no line: its waiters race, as before.
+// Across processes, a strategy that is a Queuer (the Lua engine, for
+// plain leases) does not keep a prefix while it waits: after a first
+// attempt that did not take every key it waits by reservation (queued.go,
+// with its own argument), holding no key. A waiter that keeps a prefix
+// (the pipeline strategy, reentrant leases) gives all of it back before it
+// waits for a key reserved for such a waiter (Conflict.Reserved), so the
+// argument above never has to cover an edge through a reservation: a
+// prefix waiter holds nothing while it waits for one.
+// Reentrant Lua waiters also stand in a line per key (docs/design.md,
+// "Waiting in line across processes"): a release hands the key to the
+// oldest live waiter as a short reservation, which no one else takes and
+// which expires by itself. The pipeline strategy has no line: its waiters
+// race, as before.
 
 // maxTopologyRetries bounds TryLock's silent retries when a slot moved
 // under it or a reply was lost: that is not a conflict, so it should not
@@ -312,6 +317,11 @@ func Lock(ctx context.Context, s Strategy, set *Set, r *Request) (Grant, error) 
 	q := newAcquisition(s, set, r)
 	held := 0 // keys [0, held) are the lease's, as far as the last attempt knows
 	waits, lastWait := 0, -1
+	if qs, ok := s.(Queuer); ok && qs.Queues(r) && qs.Contended() {
+		if ticket, err := qs.Ticket(ctx); err == nil {
+			return lockByReservation(ctx, qs, q, ticket)
+		}
+	}
 	for first := true; ; first = false {
 		if ctx.Err() != nil {
 			return q.giveUp(ctx, context.Cause(ctx))
@@ -349,11 +359,26 @@ func Lock(ctx context.Context, s Strategy, set *Set, r *Request) (Grant, error) 
 		if ctx.Err() != nil {
 			return q.giveUp(ctx, errors.Join(context.Cause(ctx), failure))
 		}
+		if first {
+			if qs, ok := s.(Queuer); ok && qs.Queues(r) {
+				if ticket, err := qs.Ticket(ctx); err == nil {
+					return lockByReservation(ctx, qs, q, ticket)
+				}
+				// No server time (a node unreachable): wait keeping a
+				// prefix this time.
+			}
+		}
 
 		// Give back what lies above the first failure; it runs while we
-		// wait, since nothing it does can block on us.
+		// wait, since nothing it does can block on us. A key reserved for
+		// a waiter by reservation (queued.go) is waited for holding
+		// nothing: that waiter may be waiting for our prefix.
+		c, conflict := conflictAt(a.Conflicts, f)
 		above := q.touchedAbove(f)
 		held = f
+		if conflict && c.Reserved {
+			above, held = q.touchedAbove(-1), 0
+		}
 		trimmed := make(chan struct{})
 		go func() {
 			defer close(trimmed)
@@ -368,11 +393,11 @@ func Lock(ctx context.Context, s Strategy, set *Set, r *Request) (Grant, error) 
 		}
 		var werr error
 		w0 := r.Stats.now()
-		if c, ok := conflictAt(a.Conflicts, f); ok {
-			if f != lastWait {
-				waits, lastWait = 0, f
+		if conflict {
+			if c.Index != lastWait {
+				waits, lastWait = 0, c.Index
 			}
-			werr = s.Wait(ctx, set, f, c, r, waits, limit)
+			werr = s.Wait(ctx, set, c.Index, c, r, waits, limit)
 		} else {
 			// A moved slot, a lost reply or a lost prefix key at f: the
 			// strategy refreshed its slot map; try again shortly.

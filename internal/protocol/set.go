@@ -45,6 +45,10 @@ func (s *Set) QueueKeys(i int) (order, deadlines string) {
 	return s.names.QueueKeysInSlot(s.Keys[i].Name, s.Keys[i].Slot)
 }
 
+// Inbox returns the sharded channel of Locker id in slot sl
+// (slot.Namer.InboxInSlot).
+func (s *Set) Inbox(id string, sl uint16) string { return s.names.InboxInSlot(id, sl) }
+
 // SlotIndexes returns the indexes of the keys in slot sl (keys are in
 // canonical order, so they are adjacent).
 func (s *Set) SlotIndexes(sl uint16) []int {

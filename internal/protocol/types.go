@@ -44,6 +44,10 @@ const (
 	// canonical order and (where the strategy can) marks the conflicting
 	// key so that its release publishes a wake-up (Lock).
 	Prefix
+	// Confirm is AllOrNothing for an acquisition that waited by
+	// reservation (Queuer): keys reserved for it count as free, and it
+	// leaves the queues of the keys it takes.
+	Confirm
 )
 
 // AttemptOptions are the per-attempt settings.
@@ -58,6 +62,11 @@ type AttemptOptions struct {
 type Conflict struct {
 	Index int           // into Set.Keys
 	TTL   time.Duration // remaining life of the other holder's lock; -1 means none
+	// Reserved: the key is reserved for a waiting acquisition, not held.
+	// A waiter by reservation keeps its reservations while it waits, so
+	// a waiter that keeps a prefix gives the whole prefix back before it
+	// waits for such a key (see Lock).
+	Reserved bool
 }
 
 // Attempt is the outcome of one acquire attempt.

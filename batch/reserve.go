@@ -1,0 +1,398 @@
+package batch
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/slotlock/slotlock/internal/lockval"
+	"github.com/slotlock/slotlock/internal/protocol"
+	"github.com/slotlock/slotlock/internal/rediserr"
+	"github.com/slotlock/slotlock/slot"
+)
+
+// Waiting by reservation (protocol.Queuer; docs/design.md, "Waiting by
+// reservation across processes"): reserve.lua reserves or queues, acquire.lua
+// mode 'c' confirms, and the messages of releases and of older waiters
+// reach a waiter on its Engine's inbox: one sharded channel per node, in a
+// slot that node owns, subscribed once and kept (a wait costs no
+// SSUBSCRIBE). Messages only hint: a lost one costs a waiter at most
+// protocol.ReserveRefresh, never a lock.
+
+var _ protocol.Queuer = (*Engine)(nil)
+
+// Queues is true for plain leases, in per-node mode, while the slot map is
+// quiet (protocol.Queuer). A reentrant lease keeps the prefix protocol: its
+// holder, the owner token, may hold a key through another lease, which a
+// reservation would overwrite. An engine in per-slot mode keeps it too: a
+// waiter by reservation sends one call per slot at every refresh and
+// confirm (TestReshardingKeepsExclusionAndAllOrNothing/per-slot took
+// about ten times the slot moves of prefix waiters to reach its grants).
+// While slots move, waits keep a prefix too:
+// node-wide calls fail whenever one of their slots is migrating, and a
+// waiter by reservation sends one to every node at each refresh and
+// confirm, so under a storm of moves it crawled
+// (TestReshardingUnderLoad: about a quarter of the grants of prefix
+// waiters); a prefix waiter gives its prefix back before a reserved key,
+// so the two kinds of waiter mix without deadlock.
+func (e *Engine) Queues(r *protocol.Request) bool {
+	return r.Who.Lease == "" && !e.perSlot.Load() && !e.mapChurning()
+}
+
+// churnQuiet is how long the slot map must stay unchanged before waits go
+// back to reservations: the spell of slotModeSpell.
+const churnQuiet = slotModeSpell
+
+// mapChurning reports whether the slot map changed within churnQuiet.
+func (e *Engine) mapChurning() bool {
+	gen := e.topo.Generation()
+	e.churnMu.Lock()
+	defer e.churnMu.Unlock()
+	if gen != e.churnGen {
+		if e.churnGen != 0 || !e.churnAt.IsZero() {
+			e.churnAt = time.Now()
+		}
+		e.churnGen = gen
+	}
+	return !e.churnAt.IsZero() && time.Since(e.churnAt) < churnQuiet
+}
+
+// Contended is true while bareSkip counts down after a first attempt met a
+// held key (protocol.Queuer): each call counts one down, as each first
+// attempt that skips takeBare does.
+func (e *Engine) Contended() bool {
+	if e.bareSkip.Load() > 0 {
+		e.bareSkip.Add(-1)
+		return true
+	}
+	return false
+}
+
+// srvClock is the Engine's latest sample of server time, for tickets.
+type srvClock struct {
+	mu sync.Mutex
+	us int64     // server time in microseconds
+	at time.Time // when the reply carrying it arrived (monotonic)
+}
+
+// sampleMaxAge bounds the age of the sample a ticket is estimated from.
+const sampleMaxAge = time.Minute
+
+func (c *srvClock) set(sec, usec int64) {
+	c.mu.Lock()
+	c.us, c.at = sec*1_000_000+usec, time.Now()
+	c.mu.Unlock()
+}
+
+// Ticket estimates the servers' time in microseconds (protocol.Queuer):
+// the latest TIME a reserve reply carried plus the monotonic time since,
+// or a TIME command when there is no recent sample. Its error shifts only
+// order between waiters of different processes.
+func (e *Engine) Ticket(ctx context.Context) (string, error) {
+	c := &e.clock
+	c.mu.Lock()
+	us, at := c.us, c.at
+	c.mu.Unlock()
+	if at.IsZero() || time.Since(at) > sampleMaxAge {
+		t, err := e.client.Do(ctx, e.client.B().Time().Build()).AsIntSlice()
+		if err != nil || len(t) != 2 {
+			return "", fmt.Errorf("slotlock: server time for a ticket: %w", errors.Join(err, errors.New("no reply")))
+		}
+		c.set(t[0], t[1])
+		c.mu.Lock()
+		us, at = c.us, c.at
+		c.mu.Unlock()
+	}
+	return strconv.FormatInt(us+time.Since(at).Microseconds(), 10), nil
+}
+
+// inbox is an Engine's channels for messages to its waiters.
+type inbox struct {
+	id      string // the Engine's random id, the end of every channel name
+	refused atomic.Bool
+
+	mu        sync.Mutex
+	subs      map[string]*inboxSub
+	listeners map[string]chan protocol.Msg // by waiter (lease token)
+	ctx       context.Context
+	cancel    context.CancelFunc
+	bg        sync.WaitGroup
+
+	slotsMu  sync.Mutex
+	slotsGen uint64
+	slots    map[string]uint16 // node -> the slot of its inbox
+}
+
+type inboxSub struct {
+	ready  chan struct{} // closed when the server confirmed the subscription
+	done   chan struct{} // closed when the subscription ended
+	waited atomic.Bool   // a reserve already waited for it
+}
+
+func newInbox() *inbox {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	ctx, cancel := context.WithCancel(context.Background())
+	return &inbox{id: base64.RawURLEncoding.EncodeToString(b[:]), subs: map[string]*inboxSub{},
+		listeners: map[string]chan protocol.Msg{}, ctx: ctx, cancel: cancel}
+}
+
+// Listen delivers the messages to r.Who's acquisition (protocol.Queuer).
+func (e *Engine) Listen(r *protocol.Request) (<-chan protocol.Msg, func()) {
+	b, w := e.inbox, waiterOf(r.Who)
+	ch := make(chan protocol.Msg, 16)
+	b.mu.Lock()
+	b.listeners[w] = ch
+	b.mu.Unlock()
+	return ch, func() {
+		b.mu.Lock()
+		delete(b.listeners, w)
+		b.mu.Unlock()
+	}
+}
+
+// deliver hands one inbox message ("h <key> <waiter>" or "y <key>
+// <waiter>") to its listener, and drops it when the listener is gone or
+// behind (its next reserve learns the same).
+func (b *inbox) deliver(m rueidis.PubSubMessage) {
+	yield := strings.HasPrefix(m.Message, lockval.Yield)
+	if !yield && !strings.HasPrefix(m.Message, lockval.HandOff) {
+		return
+	}
+	rest := m.Message[2:]
+	sp := strings.LastIndexByte(rest, ' ')
+	if sp < 0 {
+		return
+	}
+	b.mu.Lock()
+	ch := b.listeners[rest[sp+1:]]
+	b.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	select {
+	case ch <- protocol.Msg{Key: rest[:sp], Yield: yield}:
+	default:
+	}
+}
+
+// subscribe returns the subscription to channel ch, starting it when there
+// is none (or the last one ended: the server drops it when the slot
+// moves).
+func (e *Engine) subscribe(ch string) *inboxSub {
+	b := e.inbox
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if s := b.subs[ch]; s != nil {
+		return s
+	}
+	s := &inboxSub{ready: make(chan struct{}), done: make(chan struct{})}
+	if b.ctx.Err() != nil {
+		close(s.done)
+		return s
+	}
+	b.subs[ch] = s
+	b.bg.Add(1)
+	go func() {
+		defer b.bg.Done()
+		var once sync.Once
+		hooked := rueidis.WithOnSubscriptionHook(b.ctx, func(p rueidis.PubSubSubscription) {
+			if p.Kind == "ssubscribe" {
+				once.Do(func() { close(s.ready) })
+			}
+		})
+		err := e.client.Receive(hooked, e.client.B().Ssubscribe().Channel(ch).Build(), b.deliver)
+		if rediserr.IsErrorReply(err) {
+			b.refused.Store(true) // ACL, proxy: waiters live on their refresh
+		}
+		b.mu.Lock()
+		if b.subs[ch] == s {
+			delete(b.subs, ch)
+		}
+		b.mu.Unlock()
+		close(s.done)
+	}()
+	return s
+}
+
+// close ends the inbox's subscriptions (rueidis forgets a cancelled
+// Receive locally but keeps the server's subscription on the shared
+// connection: hence SUNSUBSCRIBE) and waits for them, at most closeTimeout.
+func (e *Engine) closeInbox() {
+	b := e.inbox
+	b.cancel()
+	b.mu.Lock()
+	var chs []string
+	for ch := range b.subs {
+		chs = append(chs, ch)
+	}
+	b.mu.Unlock()
+	if !b.refused.Load() {
+		for _, ch := range chs {
+			ctx, stop := context.WithTimeout(context.Background(), time.Second)
+			_ = e.client.Do(ctx, e.client.B().Sunsubscribe().Channel(ch).Build()).Error()
+			stop()
+		}
+	}
+	waitBounded(&b.bg)
+}
+
+// inboxSlots returns, per node address, the slot of the node's inbox: the
+// one it had under the previous map while the node still owns it (a
+// waiter's queue entries and reservations name its inbox, and messages to
+// a name the Engine no longer listens on are lost: a reshard that moves
+// other slots must not change it), else the lowest slot the node owns.
+func (e *Engine) inboxSlots(ctx context.Context) (map[string]uint16, error) {
+	b := e.inbox
+	gen := e.topo.Generation()
+	b.slotsMu.Lock()
+	defer b.slotsMu.Unlock()
+	if b.slots != nil && b.slotsGen == gen {
+		return b.slots, nil
+	}
+	m, err := e.topo.Current(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]uint16, len(m.Addrs))
+	for node, s := range b.slots {
+		if o := m.Owner(s); o >= 0 && m.Addrs[o] == node {
+			out[node] = s
+		}
+	}
+	for s := range uint16(slot.Count) {
+		if o := m.Owner(s); o >= 0 {
+			if _, ok := out[m.Addrs[o]]; !ok {
+				out[m.Addrs[o]] = s
+			}
+		}
+	}
+	b.slots, b.slotsGen = out, gen
+	return out, nil
+}
+
+// subscribeWait bounds how long a reserve waits for a new inbox
+// subscription to be confirmed: a hand-off published before it is lost
+// (and found by the next refresh, protocol.QueuedRefresh), so the wait is
+// worth a round trip or two, not more. A subscription that stays
+// unconfirmed (its slot is migrating, the server is slow) is waited for
+// by one reserve only.
+const subscribeWait = 50 * time.Millisecond
+
+// Reserve runs reserve.lua over every key of set (protocol.Queuer), each
+// node's call with the inbox of that node.
+func (e *Engine) Reserve(ctx context.Context, set *protocol.Set, r *protocol.Request, ticket string, leave bool) protocol.Reservations {
+	out := protocol.Reservations{Mine: make([]bool, set.Len())}
+	mode := "r"
+	if leave {
+		mode = "l"
+	}
+	slots, err := e.inboxSlots(ctx)
+	if err != nil {
+		out.Err = err
+		return out
+	}
+	inboxOf := func(node string) string {
+		s, ok := slots[node]
+		if !ok {
+			return "" // a node the map no longer has: the call fails anyway
+		}
+		return set.Inbox(e.inbox.id, s)
+	}
+	jobs := []job{{s: reserveScript, set: set, idx: set.All(0), queue: true,
+		head: []string{r.Who.Holder, ticket, "", mode},
+		nodeHead: func(node string) []string {
+			return []string{r.Who.Holder, ticket, inboxOf(node), mode}
+		}}}
+	calls, gen, err := e.plan(ctx, jobs, e.perSlot.Load())
+	if err != nil {
+		_, _ = e.topo.Refresh(ctx, gen)
+		out.Err = err
+		return out
+	}
+	out.Deaf = e.inbox.refused.Load()
+	if !leave && !out.Deaf {
+		e.awaitInboxes(ctx, calls, inboxOf)
+	}
+	for _, c := range calls {
+		out.Deaf = out.Deaf || c.perSlot && !c.flagged // no SPUBLISH to another slot
+	}
+	res, _ := e.exec(ctx, calls, jobs, nil)
+	var errs []error
+	stale := false
+	for ci, res := range res {
+		c := calls[ci]
+		vals, err := res.AsIntSlice()
+		if err == nil && len(vals) != 2+len(c.idx) {
+			err = fmt.Errorf("malformed reserve reply %v", vals)
+		}
+		if err != nil {
+			ne, refused := e.classify(reserveScript, c, err)
+			if refused {
+				// Nothing ran; the next reserve goes per slot without
+				// the flag. Its keys read as not reserved meanwhile.
+				stale = true
+				continue
+			}
+			if ne.Kind == rediserr.ErrStaleTopology && !c.perSlot {
+				e.markSlotMode(c.node)
+			}
+			stale = stale || ne.Kind == rediserr.ErrStaleTopology || ne.Kind == rediserr.ErrUnknownOutcome
+			errs = append(errs, ne)
+			continue
+		}
+		e.clock.set(vals[0], vals[1])
+		for k, i := range c.idx {
+			out.Mine[i] = vals[2+k] == 1
+		}
+	}
+	if stale {
+		_, _ = e.topo.Refresh(ctx, gen)
+	}
+	out.Err = errors.Join(errs...)
+	return out
+}
+
+// awaitInboxes subscribes to the inbox of every node calls go to, and
+// waits (at most subscribeWait) until the new subscriptions are confirmed:
+// the reserve that puts a waiter in line must not come before the
+// subscription that hears the hand-off.
+func (e *Engine) awaitInboxes(ctx context.Context, calls []call, inboxOf func(string) string) {
+	var timer *time.Timer
+	for _, c := range calls {
+		ch := inboxOf(c.node)
+		if ch == "" {
+			continue
+		}
+		s := e.subscribe(ch)
+		select {
+		case <-s.ready:
+			continue
+		default:
+		}
+		if s.waited.Swap(true) {
+			continue
+		}
+		if timer == nil {
+			timer = time.NewTimer(subscribeWait)
+			defer timer.Stop()
+		}
+		select {
+		case <-s.ready:
+		case <-s.done:
+		case <-timer.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}

@@ -1,0 +1,216 @@
+package protocol
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+)
+
+// Queuer is a Strategy whose waiters wait by reservation (docs/design.md,
+// "Waiting by reservation across processes"): a waiting acquisition holds
+// no lock key; it reserves the keys it can and stands in the queue of the
+// others, and it is granted by a confirm, an all-or-nothing attempt that
+// takes keys free, reserved for it or its own.
+type Queuer interface {
+	Strategy
+	// Queues reports whether acquisitions of r may wait by reservation.
+	Queues(r *Request) bool
+	// Contended reports whether a Lock should skip its first attempt and
+	// reserve at once: where batches collide in Redis, a first attempt
+	// that fails costs a round trip and holds keys others wait for until
+	// the Reserve after it.
+	Contended() bool
+	// Ticket returns a new acquisition's ticket: its age, the same in
+	// every call it makes (an estimate of the servers' time; it decides
+	// order only, never exclusion).
+	Ticket(ctx context.Context) (string, error)
+	// Listen delivers the messages addressed to the acquisition of r.Who
+	// (a key handed to it, a request to yield one) until stop is called.
+	Listen(r *Request) (msgs <-chan Msg, stop func())
+	// Reserve reserves (or queues for) every key of set; with leave, it
+	// gives back every key reserved for or held by r.Who instead and
+	// leaves every queue.
+	Reserve(ctx context.Context, set *Set, r *Request, ticket string, leave bool) Reservations
+}
+
+// Msg is a message to a waiting acquisition about one of its keys.
+type Msg struct {
+	Key   string // the lock key
+	Yield bool   // asked to yield the key to an older waiter; else handed it
+}
+
+// Reservations is the outcome of one Reserve.
+type Reservations struct {
+	// Mine[i]: key i is reserved for the acquisition now.
+	Mine []bool
+	// Deaf: messages cannot reach this acquisition (per-slot calls
+	// cannot publish to an inbox of another slot; the server refused the
+	// subscription): it refreshes at ReserveRefresh even with nothing
+	// reserved.
+	Deaf bool
+	// Err joins the failures of calls (their keys read as not Mine).
+	Err error
+}
+
+// QueuedRefresh is how often a waiter that has no key reserved (and whose
+// messages can reach it) reserves again: the hand-off that makes a key
+// its own sends a message, and this comes before that reservation would
+// lapse (lockval.ReserveTTL) when the message is lost. It also bounds how
+// late a waiter sees a key that went free without a message (an expiry).
+const QueuedRefresh = 400 * time.Millisecond
+
+// ReserveRefresh is how often a waiter by reservation reserves again,
+// whatever messages say: it renews its reservations (whose expiry,
+// lockval.ReserveTTL = 500 ms, bounds what a crashed waiter costs), its
+// queue entries, takes free keys, finds keys handed to it whose message
+// was lost, and yields keys an older waiter wants (rule Y). A third of the
+// reservations' life: two refreshes can be late before one lapses.
+const ReserveRefresh = 500 * time.Millisecond / 3
+
+// The argument, beside docs/design.md's.
+//
+// Exclusion. A waiter by reservation is granted only by its confirm: an
+// attempt whose script, on every node, checked every key before writing
+// and took them only if each was free, reserved for it or its own (all or
+// nothing, as TryLock). Deadline is the confirm's send time plus the TTL.
+// Reservations, queues, tickets and messages decide who gets to confirm,
+// never whether a grant is valid.
+//
+// No deadlock. A waiter by reservation holds no held key while it waits,
+// except for the one call after its first attempt (or after a confirm
+// that failed on some node), which waits for nothing: the Reserve that
+// turns them into reservations. A waiter never takes a key reserved for
+// another. A wait-for edge X -> Y through a reservation of Y with X older
+// ends within one message (or ReserveRefresh) plus a round trip, because
+// Y's next Reserve hands the key to the oldest waiter in line (rule Y),
+// unless Y is granted, and a granted lease waits for nothing. So a cycle
+// that lasts has only edges towards older waiters, and tickets are a total
+// order, the same in every call: there is none. Waiters that keep a
+// prefix (the pipeline strategy, reentrant leases) give their whole prefix
+// back before they wait for a reserved key (Conflict.Reserved), so they
+// hold nothing any waiter by reservation can wait for while they wait for
+// one.
+//
+// Wait bound. The oldest waiter's reservations are never taken, keys
+// released in front of it are handed to it, and younger waiters yield to
+// it: it is granted within the longest remaining hold of its keys plus a
+// yield (a message, or ReserveRefresh) and two round trips.
+
+// lockByReservation continues Lock for an acquisition whose first attempt
+// (a) did not take every key: it waits by reservation until its confirm
+// takes them all, or ctx ends.
+func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket string) (Grant, error) {
+	set, r := q.set, q.r
+	n := set.Len()
+	msgs, stop := s.Listen(r)
+	defer stop()
+	var index map[string]int // lock key -> set index, built on the first message
+
+	mine := make([]bool, n)
+	hinted := make([]time.Time, n) // when a hand-off message last said key i is ours
+	leave := func(cause error) (Grant, error) {
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.CleanupTimeout)
+		defer cancel()
+		res := s.Reserve(lctx, set, r, ticket, true)
+		if r.Stats != nil {
+			r.Stats.Rollbacks++
+			if res.Err != nil {
+				r.Stats.RollbackErr = res.Err
+			}
+		}
+		if res.Err != nil {
+			return Grant{}, errors.Join(cause, &Wrapped{Msg: "leave (reservations expire by themselves, held keys by their TTL)", Err: res.Err})
+		}
+		return Grant{}, cause
+	}
+	all := func() bool {
+		for _, m := range mine {
+			if !m {
+				return false
+			}
+		}
+		return true
+	}
+
+	timer := time.NewTimer(ReserveRefresh)
+	defer timer.Stop()
+	reserve, errs := true, 0
+	for {
+		if ctx.Err() != nil {
+			return leave(context.Cause(ctx))
+		}
+		if reserve {
+			t0 := time.Now()
+			res := s.Reserve(ctx, set, r, ticket, false)
+			for i, m := range res.Mine {
+				// A hand-off message that came after this call was sent
+				// is newer than its reply.
+				if m || hinted[i].Before(t0) {
+					mine[i] = m
+				}
+			}
+			if res.Err != nil {
+				if !Transient(res.Err) {
+					return leave(res.Err)
+				}
+				errs++
+				if err := SleepCtx(ctx, Backoff(errs)); err != nil {
+					return leave(err)
+				}
+				continue
+			}
+			errs = 0
+			reserve = false
+			next := QueuedRefresh
+			if res.Deaf || slices.Contains(mine, true) {
+				next = ReserveRefresh
+			}
+			timer.Reset(next)
+		}
+		if all() {
+			t0 := time.Now()
+			a := s.Attempt(ctx, set, 0, r, AttemptOptions{Mode: Confirm})
+			r.Stats.attempt(&a)
+			q.record(&a, 0, t0)
+			if a.FirstFailure(0) == n {
+				g, bad, err := q.finish(ctx, &a, t0)
+				if bad == n {
+					return g, err
+				}
+			}
+			if a.Err != nil && !Transient(a.Err) {
+				return leave(a.Err)
+			}
+			// A reservation lapsed or went to an older waiter, or a
+			// message was stale: what the confirm took on other nodes
+			// goes back to reservations in the next Reserve, at once.
+			clear(mine)
+			reserve = true
+			continue
+		}
+		w0 := r.Stats.now()
+		select {
+		case m := <-msgs:
+			if index == nil {
+				index = make(map[string]int, n)
+				for i, k := range set.Lock {
+					index[k] = i
+				}
+			}
+			if i, ok := index[m.Key]; ok {
+				if m.Yield {
+					reserve = true // the Reserve yields it (rule Y)
+				} else {
+					mine[i], hinted[i] = true, time.Now()
+				}
+			}
+		case <-timer.C:
+			reserve = true
+		case <-ctx.Done():
+			r.Stats.waited(w0)
+			return leave(context.Cause(ctx))
+		}
+		r.Stats.waited(w0)
+	}
+}
