@@ -44,8 +44,15 @@ var _ protocol.Queuer = (*Engine)(nil)
 // (TestReshardingUnderLoad: about a quarter of the grants of prefix
 // waiters); a prefix waiter gives its prefix back before a reserved key,
 // so the two kinds of waiter mix without deadlock.
-func (e *Engine) Queues(r *protocol.Request) bool {
-	return r.Who.Lease == "" && !e.perSlot.Load() && !e.mapChurning()
+//
+// Requests with shared keys or permits (set not Plain) keep a prefix too,
+// as reentrant leases do: a reservation is exclusive (one waiter's), and
+// readers that reserved would keep each other out; shared_acquire.lua
+// reports a reserved key as Reserved, so their prefix is given back
+// before one as any prefix waiter's (docs/design.md, "Waiting by
+// reservation across processes").
+func (e *Engine) Queues(set *protocol.Set, r *protocol.Request) bool {
+	return set.Plain() && r.Who.Lease == "" && !e.perSlot.Load() && !e.mapChurning()
 }
 
 // churnQuiet is how long the slot map must stay unchanged before waits go

@@ -24,8 +24,8 @@
 -- fails the call with "SLOTLOCK_LIMIT <position> <limit in use>".
 --
 -- Returns {granted, nconflicts, i1, pttl1, ...} as acquire.lua (no
--- fences); a permit's pttl is the time until its first other holder's
--- expiry.
+-- fences; i negated for a key reserved for a waiter); a permit's pttl is
+-- the time until its first other holder's expiry.
 local holder, lease, ttl, mode = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local keys, first, last, permits, units, limits = request_entries(5)
 local wait = mode ~= 'a'
@@ -87,7 +87,10 @@ for i = first, last do
     if stop > last then
       stop = i
     end
-    conflicts[#conflicts + 1] = i - first + 1
+    -- A key reserved for a waiter is reported negated, as acquire.lua
+    -- does: the protocol gives its whole prefix back before it waits for
+    -- one (a waiter by reservation may be waiting for that prefix).
+    conflicts[#conflicts + 1] = (vals[i] and reserved_for(vals[i])) and first - i - 1 or i - first + 1
     conflicts[#conflicts + 1] = busy
     if wait or #conflicts >= 128 then
       break

@@ -69,10 +69,11 @@ type Strategy interface {
 // TTL while a prefix is held.
 //
 // Across processes, a strategy that is a Queuer (the Lua engine, for
-// plain leases) does not keep a prefix while it waits: after a first
-// attempt that did not take every key it waits by reservation (queued.go,
-// with its own argument), holding no key. A waiter that keeps a prefix
-// (the pipeline strategy, reentrant leases) gives all of it back before it
+// plain leases of exclusive keys) does not keep a prefix while it waits:
+// after a first attempt that did not take every key it waits by
+// reservation (queued.go, with its own argument), holding no key. A waiter
+// that keeps a prefix (the pipeline strategy, reentrant leases, requests
+// with shared keys or permits) gives all of it back before it
 // waits for a key reserved for such a waiter (Conflict.Reserved), so the
 // argument above never has to cover an edge through a reservation: a
 // prefix waiter holds nothing while it waits for one.
@@ -317,7 +318,7 @@ func Lock(ctx context.Context, s Strategy, set *Set, r *Request) (Grant, error) 
 	q := newAcquisition(s, set, r)
 	held := 0 // keys [0, held) are the lease's, as far as the last attempt knows
 	waits, lastWait := 0, -1
-	if qs, ok := s.(Queuer); ok && qs.Queues(r) && qs.Contended() {
+	if qs, ok := s.(Queuer); ok && qs.Queues(set, r) && qs.Contended() {
 		if ticket, err := qs.Ticket(ctx); err == nil {
 			return lockByReservation(ctx, qs, q, ticket)
 		}
@@ -360,7 +361,7 @@ func Lock(ctx context.Context, s Strategy, set *Set, r *Request) (Grant, error) 
 			return q.giveUp(ctx, errors.Join(context.Cause(ctx), failure))
 		}
 		if first {
-			if qs, ok := s.(Queuer); ok && qs.Queues(r) {
+			if qs, ok := s.(Queuer); ok && qs.Queues(set, r) {
 				if ticket, err := qs.Ticket(ctx); err == nil {
 					return lockByReservation(ctx, qs, q, ticket)
 				}

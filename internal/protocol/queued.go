@@ -14,8 +14,11 @@ import (
 // takes keys free, reserved for it or its own.
 type Queuer interface {
 	Strategy
-	// Queues reports whether acquisitions of r may wait by reservation.
-	Queues(r *Request) bool
+	// Queues reports whether acquisitions of r for set may wait by
+	// reservation. A set with shared keys or permits (Locker.Acquire)
+	// never does: it keeps the prefix protocol, whose give-back before a
+	// reserved key (Conflict.Reserved) makes the two kinds of waiter mix.
+	Queues(set *Set, r *Request) bool
 	// Contended reports whether a Lock should skip its first attempt and
 	// reserve at once: where batches collide in Redis, a first attempt
 	// that fails costs a round trip and holds keys others wait for until

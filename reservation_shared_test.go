@@ -1,0 +1,211 @@
+package slotlock_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/slotlock/slotlock"
+	"github.com/slotlock/slotlock/internal/lockval"
+	"github.com/slotlock/slotlock/slot"
+)
+
+// Waiting by reservation (issue 15) beside shared keys and permits (issue
+// 17): docs/design.md, "Waiting by reservation across processes", the
+// paragraph on shared keys. Each Locker here is a separate client with its
+// own connections and in-process queue: they meet only in Redis.
+
+// lineMembers returns the members of key's line, oldest first.
+func (e *env) lineMembers(ctx context.Context, key string) []string {
+	e.t.Helper()
+	names, err := slot.NewNamer(e.prefix)
+	require.NoError(e.t, err)
+	q, _ := names.QueueKeysInSlot(key, slot.KeySlot(key))
+	m, err := e.client.Do(ctx, e.client.B().Zrange().Key(q).Min("0").Max("-1").Build()).AsStrSlice()
+	require.NoError(e.t, err)
+	return m
+}
+
+// TestReservationWaiterMeetsSharedKey: a plain exclusive Lock that waits by
+// reservation and meets a shared key (one reader: '~token'; two: '~' and
+// the holders set) stands in the key's line, marked, holding no key but
+// its reservations; readers that come after it are refused (writer
+// preference holds for it as for a waiter in line); the last reader's
+// release hands the key to it (hand_off with an inbox entry: the key
+// becomes its reservation, named by ticket, token and inbox) and it is
+// granted. Mutations: shared_release.lua deleting the key instead of
+// hand_off when it is marked (the value after the last release is "",
+// not the waiter's); hand_off writing the old '^member' form for an inbox
+// entry (the value does not parse as the waiter's reservation).
+func TestReservationWaiterMeetsSharedKey(t *testing.T) {
+	for _, readers := range []int{1, 2} {
+		t.Run(map[int]string{1: "one reader", 2: "two readers"}[readers], func(t *testing.T) {
+			e := newEnv(t)
+			ctx := ctxT(t, 30*time.Second)
+			opt := slotlock.Options{TTL: 30 * time.Second}
+			const k, a = "rs:shared", "rs:free"
+			var rs []*slotlock.Lease
+			for range readers {
+				r, err := e.locker(opt).Acquire(ctx, slotlock.Request{Shared: []string{k}})
+				require.NoError(t, err)
+				rs = append(rs, r)
+			}
+			v := lockval.Parse(e.lockValue(ctx, k))
+			require.True(t, v.Shared, "k is held shared")
+			require.Equal(t, readers == 1, v.Holder != "", "one reader is inline, two are in the set form")
+
+			w := e.locker(opt)
+			got := make(chan *slotlock.Lease, 1)
+			errc := make(chan error, 1)
+			go func() {
+				l, err := w.Lock(ctx, a, k)
+				if err != nil {
+					errc <- err
+					return
+				}
+				got <- l
+			}()
+
+			// W reserved the free key and stands in k's line by its
+			// inbox entry; k stays shared, now marked.
+			var res lockval.Reservation
+			require.Eventually(t, func() bool {
+				var ok bool
+				res, ok = lockval.ParseReserved(e.lockValue(ctx, a))
+				return ok && e.queueLen(ctx, k) == 1
+			}, 10*time.Second, time.Millisecond, "W reserved a and stands in k's line")
+			m := e.lineMembers(ctx, k)
+			require.Len(t, m, 1)
+			// A waiter by reservation's entry: its token, a space and its
+			// inbox on k's node (another node's than a's, maybe).
+			inbox, ok := strings.CutPrefix(m[0], res.Waiter+" ")
+			require.True(t, ok && inbox != "", "W's entry in k's line is not a waiter by reservation's: %q", m[0])
+			kv := e.lockValue(ctx, k)
+			v = lockval.Parse(kv)
+			require.True(t, v.Shared && v.Marked, "k is shared and marked: %q", kv)
+
+			// Writer preference: a reader that comes now is refused, with
+			// or without a wait, while W waits.
+			var ce *slotlock.ConflictError
+			_, err := e.locker(opt).Acquire(ctx, slotlock.Request{Shared: []string{k}})
+			require.ErrorAs(t, err, &ce, "a reader passed a writer waiting by reservation")
+			_, err = e.locker(opt).Acquire(ctx, slotlock.Request{Shared: []string{k}, Wait: 300 * time.Millisecond})
+			require.ErrorIs(t, err, slotlock.ErrNotAcquired, "a waiting reader passed a writer waiting by reservation")
+			select {
+			case <-got:
+				t.Fatal("W was granted while readers held k")
+			case err := <-errc:
+				t.Fatalf("W failed: %v", err)
+			default:
+			}
+
+			for _, r := range rs[:len(rs)-1] {
+				require.NoError(t, r.Release(ctx))
+				require.True(t, lockval.Parse(e.lockValue(ctx, k)).Shared, "k stays shared while a reader holds it")
+			}
+			// The last reader's release hands k to W: right after it, k
+			// is W's reservation (by ticket, token and inbox), or already
+			// W's own once its confirm came.
+			require.NoError(t, rs[len(rs)-1].Release(ctx))
+			after := e.lockValue(ctx, k)
+			if hr, ok := lockval.ParseReserved(after); ok {
+				require.Equal(t, lockval.Reservation{Ticket: res.Ticket, Waiter: res.Waiter, Inbox: inbox}, lockval.Reservation{Ticket: hr.Ticket, Waiter: hr.Waiter, Inbox: hr.Inbox},
+					"k handed to W's reservation: %q", after)
+			} else {
+				require.Equal(t, res.Waiter, lockval.Holder(after), "k after the last reader's release: %q", after)
+			}
+			var l *slotlock.Lease
+			select {
+			case l = <-got:
+			case err := <-errc:
+				t.Fatalf("W failed: %v", err)
+			case <-ctx.Done():
+				t.Fatal("W was not granted after the last reader left")
+			}
+			require.Equal(t, res.Waiter, lockval.Holder(e.lockValue(ctx, k)), "W holds k")
+			require.Equal(t, res.Waiter, lockval.Holder(e.lockValue(ctx, a)), "W holds a")
+			require.Empty(t, e.lineMembers(ctx, k), "W left k's line")
+			require.NoError(t, l.Release(ctx))
+			require.Empty(t, e.lockKeys())
+		})
+	}
+}
+
+// TestRequestWaiterKeepsThePrefixProtocol: a request with shared keys
+// waits keeping a prefix (it stands in a line by its token, never
+// reserves), and gives that prefix back before a key reserved for a
+// waiter by reservation, which may be waiting for the prefix.
+// shared_acquire.lua reports such a key as reserved (a negated position)
+// for that. Mutations: shared_acquire.lua reporting the position
+// unnegated (the reader keeps x while a stays reserved); Engine.Queues
+// without set.Plain() (the request reserves: its entry carries an inbox).
+func TestRequestWaiterKeepsThePrefixProtocol(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	var x, a string
+	for _, k := range slot.Sorted(keysN("rp", 16)) { // the first and the last in canonical order
+		if x == "" {
+			x = k.Name
+		}
+		a = k.Name
+	}
+	const b = "rp:held"
+	opt := slotlock.Options{TTL: 30 * time.Second}
+	h, err := e.locker(opt).Lock(ctx, b)
+	require.NoError(t, err)
+	wDone := make(chan error, 1)
+	go func() {
+		l, err := e.locker(opt).Lock(ctx, a, b)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		wDone <- err
+	}()
+	var res lockval.Reservation
+	require.Eventually(t, func() bool {
+		var ok bool
+		res, ok = lockval.ParseReserved(e.lockValue(ctx, a))
+		return ok && e.queueLen(ctx, b) == 1
+	}, 10*time.Second, time.Millisecond, "W reserved a and waits for b")
+
+	rDone := make(chan error, 1)
+	go func() {
+		l, err := e.locker(opt).Acquire(ctx, slotlock.Request{Shared: []string{x, a}, Wait: slotlock.WaitForever})
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		rDone <- err
+	}()
+	// The reader stands in a's line behind W, by its token alone: it
+	// waits in line, not by reservation.
+	require.Eventually(t, func() bool { return e.queueLen(ctx, a) == 1 }, 10*time.Second, time.Millisecond)
+	m := e.lineMembers(ctx, a)
+	require.Len(t, m, 1)
+	require.NotContains(t, m[0], " ", "a request with shared keys waits by reservation: %q", m[0])
+	// x is the reader's prefix at each attempt, given back before it
+	// waits for a's reservation: mostly free while a stays W's.
+	free := 0
+	const samples = 50
+	for range samples {
+		select {
+		case err := <-rDone:
+			t.Fatalf("the reader returned while a was reserved: %v", err)
+		default:
+		}
+		xv := e.lockValue(ctx, x)
+		require.False(t, strings.HasPrefix(xv, lockval.Reserve), "x reserved by the request: %q", xv)
+		if xv == "" {
+			free++
+		}
+		time.Sleep(5 * time.Millisecond) // sampling x while W waits, not an ordering
+	}
+	require.Greater(t, free, samples/2, "the reader kept its prefix x while a stayed reserved")
+	require.Equal(t, res.Waiter, lockval.Parse(e.lockValue(ctx, a)).Waiter, "a stayed W's reservation")
+	require.NoError(t, h.Release(ctx))
+	require.NoError(t, <-wDone)
+	require.NoError(t, <-rDone)
+	require.Empty(t, e.lockKeys())
+}
