@@ -29,6 +29,20 @@ func (e *env) lineMembers(ctx context.Context, key string) []string {
 	return m
 }
 
+// reservedAndInLine waits until key reserved is a waiter by reservation's
+// reservation and one waiter stands in key lined's line, and returns the
+// reservation.
+func (e *env) reservedAndInLine(ctx context.Context, reserved, lined string) lockval.Reservation {
+	e.t.Helper()
+	var res lockval.Reservation
+	require.Eventually(e.t, func() bool {
+		var ok bool
+		res, ok = lockval.ParseReserved(e.lockValue(ctx, reserved))
+		return ok && e.queueLen(ctx, lined) == 1
+	}, 10*time.Second, time.Millisecond, "no waiter reserved %q and stood in %q's line", reserved, lined)
+	return res
+}
+
 // TestReservationWaiterMeetsSharedKey: a plain exclusive Lock that waits by
 // reservation and meets a shared key (one reader: '~token'; two: '~' and
 // the holders set) stands in the key's line, marked, holding no key but
@@ -71,12 +85,7 @@ func TestReservationWaiterMeetsSharedKey(t *testing.T) {
 
 			// W reserved the free key and stands in k's line by its
 			// inbox entry; k stays shared, now marked.
-			var res lockval.Reservation
-			require.Eventually(t, func() bool {
-				var ok bool
-				res, ok = lockval.ParseReserved(e.lockValue(ctx, a))
-				return ok && e.queueLen(ctx, k) == 1
-			}, 10*time.Second, time.Millisecond, "W reserved a and stands in k's line")
+			res := e.reservedAndInLine(ctx, a, k)
 			m := e.lineMembers(ctx, k)
 			require.Len(t, m, 1)
 			// A waiter by reservation's entry: its token, a space and its
@@ -164,12 +173,7 @@ func TestRequestWaiterKeepsThePrefixProtocol(t *testing.T) {
 		}
 		wDone <- err
 	}()
-	var res lockval.Reservation
-	require.Eventually(t, func() bool {
-		var ok bool
-		res, ok = lockval.ParseReserved(e.lockValue(ctx, a))
-		return ok && e.queueLen(ctx, b) == 1
-	}, 10*time.Second, time.Millisecond, "W reserved a and waits for b")
+	res := e.reservedAndInLine(ctx, a, b) // W reserved a and waits for b
 
 	rDone := make(chan error, 1)
 	go func() {
