@@ -479,3 +479,39 @@ func TestBadInput(t *testing.T) {
 	}
 	require.Empty(t, e.lockKeys(), "nothing locked")
 }
+
+// TestOverTLS: the tool's TLS options against a TLS-only cluster (plain
+// connections get no answer there): run takes and releases its keys with
+// --tls-ca, inspect reads over TLS, and without TLS the tool reports the
+// cluster unreachable. Mutation: tlsConfig ignoring --tls-ca (system
+// roots, which do not trust the test CA) fails the first run.
+func TestOverTLS(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartForTest(t, redistest.Options{TLS: true})
+	client, err := c.Client()
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	names, err := slot.NewNamer("cli:tls")
+	require.NoError(t, err)
+	e := &env{t: t, c: c, client: client, prefix: "cli:tls", names: names, dir: t.TempDir()}
+	ca := c.TLSCAFile()
+	require.FileExists(t, ca)
+
+	marker := filepath.Join(e.dir, "ran")
+	r := e.cli("", "run", append([]string{"--tls-ca", ca, "--keys", "tls:1,tls:2", "--"}, self("marker:"+marker)...)...)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.FileExists(t, marker, "the command ran")
+	require.Empty(t, e.lockKeys(), "released")
+
+	l := e.locker(slotlock.Options{})
+	lease, err := l.Lock(context.Background(), "tls:1")
+	require.NoError(t, err)
+	defer func() { _ = lease.Release(context.Background()) }()
+	r = e.cli("", "inspect", "--tls-ca", ca, "--json", "tls:1")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, names.LockKey("tls:1"))
+	require.Contains(t, r.stdout, lease.ID(), "the holder, read over TLS")
+
+	r = e.cli("", "inspect", "tls:1")
+	require.Equal(t, 69, r.code, "no TLS: unreachable (stdout %q, stderr %q)", r.stdout, r.stderr)
+}

@@ -313,6 +313,17 @@ func (c *Cluster) TLSConfig() *tls.Config {
 	return c.tls.client.Clone()
 }
 
+// TLSCAFile returns the path of the PEM file of the CA that signed the
+// cluster's certificate, for clients configured by file (the command-line
+// tool's --tls-ca), or "" when the cluster was not started with
+// Options.TLS.
+func (c *Cluster) TLSCAFile() string {
+	if c.tls == nil {
+		return ""
+	}
+	return c.tls.files[tlsCAFile]
+}
+
 // FlushAll empties every master (replicas follow), so that test cases
 // sharing one cluster start from no keys.
 func (c *Cluster) FlushAll(ctx context.Context) error {
