@@ -27,6 +27,7 @@ var aclRules = []string{
 	"+time", "+zadd", "+zrem", "+zrange", "+zcard",
 	"+hset", "+hdel", "+hlen", "+hexists",
 	"+spublish", "+ssubscribe", "+sunsubscribe",
+	"+unsubscribe", "+punsubscribe", "+discard",
 }
 
 // setUser creates (or replaces) an ACL user on every node of c: ACLs are
