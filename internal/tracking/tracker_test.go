@@ -45,15 +45,23 @@ func held(t *testing.T, ctx context.Context, admin rueidis.Client, key, holder s
 	return &tracking.Watch{Set: set, Holder: holder, Owner: o}
 }
 
+// trackerEnv returns the package's cluster, a context bounded for the
+// test, and a client that writes lock keys as a lease would.
+func trackerEnv(t *testing.T) (*redistest.Cluster, context.Context, rueidis.Client) {
+	t.Helper()
+	c := redistest.Require(t, cluster)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	admin, err := c.Client()
+	require.NoError(t, err)
+	t.Cleanup(admin.Close)
+	return c, ctx, admin
+}
+
 func TestTrackerRefusedByACL(t *testing.T) {
 	// A user that may not run CLIENT: tracking is refused for good (no
 	// reconnect loop), and the deadline still ends the watch.
-	c := redistest.Require(t, cluster)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	admin, err := c.Client()
-	require.NoError(t, err)
-	defer admin.Close()
+	c, ctx, admin := trackerEnv(t)
 	user := "notrack" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	for _, n := range c.Nodes() {
 		require.NoError(t, n.Do(ctx, "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-client").Error())
@@ -86,12 +94,7 @@ func TestTrackerBusyIsNotARefusal(t *testing.T) {
 	// passing state. The Tracker must try again and register the key
 	// once the script ends (it once gave up tracking for good on any
 	// error reply but LOADING, CLUSTERDOWN, TRYAGAIN, MOVED and ASK).
-	c := redistest.Require(t, cluster)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	admin, err := c.Client()
-	require.NoError(t, err)
-	defer admin.Close()
+	c, ctx, admin := trackerEnv(t)
 	const key = "busy"
 	node, err := c.NodeForSlot(ctx, slot.KeySlot(key))
 	require.NoError(t, err)
