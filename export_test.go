@@ -1,6 +1,9 @@
 package slotlock
 
-import "github.com/slotlock/slotlock/internal/tracking"
+import (
+	"github.com/slotlock/slotlock/internal/lockval"
+	"github.com/slotlock/slotlock/internal/tracking"
+)
 
 // SetAfterFailure installs a hook that sees the token of every failed
 // acquisition, so tests can check that it left no key behind.
@@ -26,4 +29,4 @@ func (l *Locker) LossStats() tracking.Stats {
 }
 
 // ShortID is the short form Inspect shows for a token.
-func ShortID(token string) string { return shortID(token) }
+func ShortID(token string) string { return lockval.Short(token) }

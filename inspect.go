@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -69,18 +70,17 @@ type Waiter struct {
 // MaxInspectWaiters bounds the waiters Inspect lists per key.
 const MaxInspectWaiters = 100
 
-// shortID is the short, non-secret form of a token that Inspect shows
-// (lockval.Short).
-func shortID(token string) string { return lockval.Short(token) }
+// lastWaiter is the last queue index Inspect reads (ZRANGE's stop).
+var lastWaiter = strconv.Itoa(MaxInspectWaiters - 1)
 
 // ID returns a short, non-secret name of the lease: what Inspect shows as
 // the holder of its keys (without an owner) and as a waiter. Log it to
 // find a lease in an inspection; unlike Token it cannot release anything.
-func (le *Lease) ID() string { return shortID(le.token) }
+func (le *Lease) ID() string { return lockval.Short(le.token) }
 
 // OwnerID returns the short, non-secret name Inspect shows as the holder
 // of keys that owner id (WithOwner) holds through this Locker.
-func (l *Locker) OwnerID(id string) string { return shortID(l.ownerToken(id)) }
+func (l *Locker) OwnerID(id string) string { return lockval.Short(l.ownerToken(id)) }
 
 // inspectReads is the number of commands Inspect sends per key.
 const inspectReads = 6
@@ -114,13 +114,12 @@ func (l *Locker) Inspect(ctx context.Context, keys ...string) ([]KeyInfo, error)
 		if o := m.Owner(s); o >= 0 {
 			out[i].Node = m.Addrs[o]
 		}
-		last := fmt.Sprint(MaxInspectWaiters - 1)
 		cmds = append(cmds,
 			b.Get().Key(lock).Build(),
 			b.Pttl().Key(lock).Build(),
 			b.Hlen().Key(l.names.HoldCountKeyInSlot(k, s)).Build(),
 			b.Zcard().Key(q).Build(),
-			b.Zrange().Key(q).Min("0").Max(last).Withscores().Build(),
+			b.Zrange().Key(q).Min("0").Max(lastWaiter).Withscores().Build(),
 			b.Zrange().Key(qd).Min("0").Max("-1").Withscores().Build(),
 		)
 	}
@@ -155,9 +154,9 @@ func (k *KeyInfo) read(r []rueidis.RedisResult) error {
 		p := lockval.Parse(v)
 		k.Marked = p.Marked
 		if p.Waiter != "" {
-			k.Reserved, k.ReservedFor = true, shortID(p.Waiter)
+			k.Reserved, k.ReservedFor = true, lockval.Short(p.Waiter)
 		} else {
-			k.Held, k.Holder, k.Fence = true, shortID(p.Holder), p.Fence
+			k.Held, k.Holder, k.Fence = true, lockval.Short(p.Holder), p.Fence
 		}
 		ttl, err := r[1].AsInt64()
 		if err != nil {
@@ -195,7 +194,7 @@ func (k *KeyInfo) read(r []rueidis.RedisResult) error {
 		until[d.Member] = d.Score
 	}
 	for _, w := range line {
-		x := Waiter{ID: shortID(lockval.QueueWaiter(w.Member)), Joined: lockval.QueueJoined(w.Score)}
+		x := Waiter{ID: lockval.Short(lockval.QueueWaiter(w.Member)), Joined: lockval.QueueJoined(w.Score)}
 		if d, ok := until[w.Member]; ok {
 			x.Deadline = lockval.QueueDeadline(d)
 		}

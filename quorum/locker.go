@@ -19,7 +19,6 @@ import (
 // independent deployments. It is safe for concurrent use.
 type Locker struct {
 	opt    Options
-	ttl    time.Duration
 	need   int
 	dep    []*slotlock.Locker
 	names  []string
@@ -63,10 +62,6 @@ func New(clients []rueidis.Client, opt Options) (*Locker, error) {
 		}
 		l.dep = append(l.dep, dl)
 		l.names = append(l.names, nameOf(c))
-	}
-	l.ttl = opt.TTL
-	if l.ttl == 0 {
-		l.ttl = slotlock.DefaultTTL
 	}
 	return l, nil
 }
