@@ -144,13 +144,9 @@ func (e *Engine) Attempt(ctx context.Context, set *protocol.Set, from int, r *pr
 			// The server (or a proxy) does not take the cross-slot flag:
 			// nothing was written by the refused calls (keys a bare SET
 			// took before them are not theirs). Go per slot, for good,
-			// and try again at once.
-			e.perSlot.Store(true)
+			// and try again at once (classify switched the engine).
 			a.Conflicts = a.Conflicts[:0]
 			continue
-		}
-		if refused {
-			e.perSlot.Store(true)
 		}
 		for node, res := range waits {
 			if !granted[node] {

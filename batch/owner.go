@@ -179,10 +179,7 @@ func (e *Engine) ownerChecked(ctx context.Context, jobs []job, w *waitAfter) []p
 			k := j.orig
 			pos, err := decodePositions(res, len(c.idx))
 			if err != nil {
-				ne, refused := e.classify(j.s, c, err)
-				if refused {
-					e.perSlot.Store(true)
-				}
+				ne, refused := e.classify(j.s, c, err) // a refused flag switches the engine per slot
 				if ne.Kind == rediserr.ErrStaleTopology && !c.perSlot {
 					e.markSlotMode(c.node)
 				}

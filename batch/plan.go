@@ -171,7 +171,11 @@ func (e *Engine) build(c call, j job, eval bool) rueidis.Completed {
 		}
 		text, sha := s.slotText, s.slotSHA
 		if c.flagged {
-			text, sha = s.slotFlagText, s.slotFlagSHA
+			// A slot's keys, declared, under the node form's flag
+			// (allow-cross-slot-keys): it may publish to a channel of
+			// another slot on its node (a waiter's inbox, reserve.go),
+			// which the slot form's SPUBLISH may not.
+			text, sha = s.nodeText, s.nodeSHA
 		}
 		if eval {
 			return b.Eval().Script(text).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()

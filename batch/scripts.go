@@ -71,11 +71,6 @@ type script struct {
 	name               string
 	nodeText, slotText string
 	nodeSHA, slotSHA   string
-	// slotFlag is the slot form with allow-cross-slot-keys, for servers
-	// that take the flag: its keys are still one slot, declared, but it
-	// may publish to a channel of another slot on its node (a waiter's
-	// inbox, reserve.go). Without the flag that SPUBLISH is refused.
-	slotFlagText, slotFlagSHA string
 }
 
 // newScript builds a script; allowOOM says whether it may run over
@@ -86,14 +81,12 @@ func newScript(name, body string, allowOOM bool) *script {
 		node, slot = shebangNodeOOM, shebangSlotOOM
 	}
 	s := &script{
-		name:         name,
-		nodeText:     node + commonLua + reentrant.HoldLua + body,
-		slotText:     slot + commonLua + reentrant.HoldLua + body,
-		slotFlagText: node + commonLua + reentrant.HoldLua + body,
+		name:     name,
+		nodeText: node + commonLua + reentrant.HoldLua + body,
+		slotText: slot + commonLua + reentrant.HoldLua + body,
 	}
 	s.nodeSHA = sha1Hex(s.nodeText)
 	s.slotSHA = sha1Hex(s.slotText)
-	s.slotFlagSHA = s.nodeSHA
 	return s
 }
 
