@@ -89,21 +89,22 @@ func (e *env) holdsOf(ctx context.Context) map[string][]string {
 			switch typ {
 			case "string":
 				v, err := e.client.Do(ctx, e.client.B().Get().Key(k).Build()).ToString()
+				if err != nil && !rueidis.IsRedisNil(err) { // nil: expired since the listing
+					e.t.Fatalf("GET %q: %v", k, err)
+				}
 				if err == nil && !strings.HasPrefix(v, "^") {
 					out[k] = append(out[k], strings.TrimPrefix(strings.TrimRight(v, "!"), "~"))
 				}
 			case "zset":
 				if strings.Contains(k, "}#s:") { // shared holders; lines are not holds
 					f, err := e.client.Do(ctx, e.client.B().Zrange().Key(k).Min("0").Max("-1").Build()).AsStrSlice()
-					if err == nil {
-						out[k] = append(out[k], f...)
-					}
+					require.NoError(e.t, err, "ZRANGE %q", k)
+					out[k] = append(out[k], f...)
 				}
 			case "hash":
 				f, err := e.client.Do(ctx, e.client.B().Hkeys().Key(k).Build()).AsStrSlice()
-				if err == nil {
-					out[k] = append(out[k], f...)
-				}
+				require.NoError(e.t, err, "HKEYS %q", k)
+				out[k] = append(out[k], f...)
 			}
 		}
 	}
