@@ -288,8 +288,10 @@ func TestSeparateProcessesExclusiveWithAKilledWaiter(t *testing.T) {
 	// waiting); the others go on.
 	time.Sleep(500 * time.Millisecond) // let them run: not an ordering
 	procs[3].kill()
+	killedAt := sysMonotonic()
 	time.Sleep(time.Second)
 	var all []contenderEvent
+	after := 0 // holds the live contenders began after the kill
 	for i, p := range procs {
 		if i < 3 && !p.stop(30*time.Second) {
 			t.Errorf("contender %d did not stop", i)
@@ -299,9 +301,17 @@ func TestSeparateProcessesExclusiveWithAKilledWaiter(t *testing.T) {
 			t.Errorf("contender %d: %s", i, perr)
 		}
 		all = append(all, evs...)
+		for _, ev := range evs {
+			if i < 3 && ev.Event == "held" && ev.From > killedAt {
+				after++
+			}
+		}
+	}
+	if after == 0 {
+		t.Error("no live contender held keys after the fourth was killed: the others did not go on")
 	}
 	n := checkIntervals(t, all)
-	t.Logf("%d holds across 4 processes checked for overlap", n)
+	t.Logf("%d holds across 4 processes checked for overlap, %d after the kill", n, after)
 	if n < 100 {
 		t.Errorf("only %d holds", n)
 	}
