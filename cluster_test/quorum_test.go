@@ -86,7 +86,11 @@ func TestQuorumUnderFaults(t *testing.T) {
 		if err := frozen.Pause(); err != nil {
 			t.Fatal(err)
 		}
+		before := q.grants.Load()
 		time.Sleep(ttl + time.Second)
+		if q.grants.Load() == before {
+			t.Errorf("round %d: no grant while deployment %d was frozen: the other two did not carry on", round, (round+1)%3)
+		}
 		if err := frozen.Resume(); err != nil {
 			t.Fatal(err)
 		}
