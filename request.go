@@ -58,19 +58,16 @@ func (l *Locker) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	var keys []string
-	if len(req.Shared) == 0 && len(req.Permits) == 0 {
-		keys = req.Exclusive // Lock's own path, local queue included
-	}
 	o := acquireOptions{ttl: ttl, wait: req.Wait}
-	if keys != nil {
-		return l.acquireWith(ctx, keys, nil, o)
+	if entries == nil {
+		return l.acquireWith(ctx, req.Exclusive, nil, o) // Lock's own path, local queue included
 	}
 	return l.acquireWith(ctx, nil, entries, o)
 }
 
 // checkRequest refuses bad input, naming the offender, and returns the
-// request's entries and TTL.
+// request's entries and TTL; no entries for a request of exclusive keys
+// only, which takes Lock's path (its keys are not copied).
 func (l *Locker) checkRequest(req Request) ([]protocol.Entry, time.Duration, error) {
 	if l.closed.Load() {
 		return nil, 0, ErrClosed
@@ -91,6 +88,14 @@ func (l *Locker) checkRequest(req Request) ([]protocol.Entry, time.Duration, err
 	}
 	if n > l.opt.MaxKeys {
 		return nil, 0, fmt.Errorf("%w: %d keys and permits, more than MaxKeys %d", ErrInvalid, n, l.opt.MaxKeys)
+	}
+	if len(req.Shared) == 0 && len(req.Permits) == 0 {
+		for i, key := range req.Exclusive {
+			if key == "" {
+				return nil, 0, fmt.Errorf("%w: exclusive key %d is empty", ErrInvalid, i)
+			}
+		}
+		return nil, ttl, nil
 	}
 	kind := make(map[string]protocol.Kind, len(req.Exclusive)+len(req.Shared))
 	entries := make([]protocol.Entry, 0, n)
