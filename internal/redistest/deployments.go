@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 )
@@ -72,27 +71,18 @@ func StartDeploymentsForTest(tb testing.TB, n int, opt Options) Deployments {
 // runs the tests and closes them, with Main's rule when they cannot start.
 // RequireDeployments hands them to a test.
 func MainDeployments(m *testing.M, n int, opt Options, dst *Deployments) int {
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	d, err := StartDeployments(ctx, n, opt)
-	cancel()
-	if err != nil {
-		if underCI() {
-			fmt.Fprintf(os.Stderr, "redistest: CI=true and no Redis server: %v\n", err)
-			return 1
+	return mainWith(m, "Redis server", func(ctx context.Context) (func(context.Context) string, func() error, error) {
+		d, err := StartDeployments(ctx, n, opt)
+		if err != nil {
+			*dst = Deployments{{startErr: err}}
+			return nil, nil, err
 		}
-		fmt.Fprintf(os.Stderr, "redistest: no Redis server, tests that need one skip: %v\n", err)
-		*dst = Deployments{{startErr: err}}
-		return m.Run()
-	}
-	*dst = d
-	code := m.Run()
-	if err := d.Close(); err != nil {
-		fmt.Fprintf(os.Stderr, "redistest: close: %v\n", err)
-		if code == 0 {
-			code = 1
+		*dst = d
+		describe := func(ctx context.Context) string {
+			return fmt.Sprintf("%d deployments: %s", n, d[0].Describe(ctx))
 		}
-	}
-	return code
+		return describe, d.Close, nil
+	})
 }
 
 // RequireDeployments returns d for a test that needs the package's

@@ -28,26 +28,40 @@ var errNoMain = errors.New("no cluster: the package's TestMain does not call red
 // integration test would pass without testing anything. Elsewhere it prints
 // why and runs the tests, which skip through Require.
 func Main(m *testing.M, opt Options, dst **Cluster) int {
+	return mainWith(m, "Redis Cluster", func(ctx context.Context) (func(context.Context) string, func() error, error) {
+		c, err := Start(ctx, opt)
+		if err != nil {
+			*dst = &Cluster{startErr: err}
+			return nil, nil, err
+		}
+		*dst = c
+		return c.Describe, c.Close, nil
+	})
+}
+
+// mainWith is Main's rule for whatever a package's tests share (a cluster,
+// deployments): start it, say which server it is, run the tests, close it.
+// When it cannot start, CI=true fails the package; elsewhere the tests run
+// and skip through Require.
+func mainWith(m *testing.M, what string, start func(context.Context) (describe func(context.Context) string, close func() error, err error)) int {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	c, err := Start(ctx, opt)
+	describe, closeIt, err := start(ctx)
 	cancel()
 	if err != nil {
 		if underCI() {
-			fmt.Fprintf(os.Stderr, "redistest: CI=true and no Redis Cluster: %v\n", err)
+			fmt.Fprintf(os.Stderr, "redistest: CI=true and no %s: %v\n", what, err)
 			return 1
 		}
-		fmt.Fprintf(os.Stderr, "redistest: no Redis Cluster, tests that need one skip: %v\n", err)
-		*dst = &Cluster{startErr: err}
+		fmt.Fprintf(os.Stderr, "redistest: no %s, tests that need one skip: %v\n", what, err)
 		return m.Run()
 	}
-	*dst = c
 	// Which server a run tested is part of its result: go test shows this
 	// line with -v and whenever the package fails.
 	ictx, icancel := context.WithTimeout(context.Background(), 10*time.Second)
-	fmt.Fprintf(os.Stderr, "redistest: %s\n", c.Describe(ictx))
+	fmt.Fprintf(os.Stderr, "redistest: %s\n", describe(ictx))
 	icancel()
 	code := m.Run()
-	if err := c.Close(); err != nil {
+	if err := closeIt(); err != nil {
 		fmt.Fprintf(os.Stderr, "redistest: close: %v\n", err)
 		if code == 0 {
 			code = 1
