@@ -29,6 +29,10 @@ type Locker struct {
 	// in and before they are counted: a test can make the validity window
 	// pass there.
 	beforeCount func()
+	// afterTry, set only by tests, runs in deployment i's goroutine after
+	// its TryLock returned and before its answer is counted: a test can
+	// hold one deployment's grant until the attempt is decided.
+	afterTry func(i int)
 }
 
 // New returns a Locker over one deployment per client: each a cluster or a
@@ -207,6 +211,9 @@ func (l *Locker) attempt(ctx context.Context, keys []string) (*Lease, error) {
 		go func() {
 			defer l.wg.Done()
 			le, err := d.TryLock(actx, keys...)
+			if l.afterTry != nil {
+				l.afterTry(i)
+			}
 			mu.Lock()
 			if decided {
 				mu.Unlock()
