@@ -72,7 +72,7 @@ func TestFIFOAcrossSeparateProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	var held []contenderEvent
-	joined := map[string]int{} // token -> the waiter's place in the start order
+	var joined map[string]int // token -> the waiter's place in the start order
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		held, joined = held[:0], map[string]int{}
