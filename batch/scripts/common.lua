@@ -205,17 +205,22 @@ end
 -- first write. A waiter by reservation (its entry is waiter ' ' inbox) is
 -- handed a reservation naming its ticket and inbox, and woken on its
 -- inbox; a waiter in line (its entry is its token) on the key's channel.
-local function hand_off(k)
+-- now is the server's time in ms (now_ms), read once by a caller that
+-- hands off several keys; nil reads it here.
+local function hand_off(k, now)
   local q, qd = queue_keys(k)
-  drop_dead(k, now_ms())
-  local head = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')
+  drop_dead(k, now or now_ms())
+  -- The head and the one after it: after drop_dead every entry is live,
+  -- so a second entry is what says others still wait (no ZCARD).
+  local head = redis.call('ZRANGE', q, 0, 1, 'WITHSCORES')
   if #head == 0 then
     redis.call('DEL', k, q, qd)
     publish(k, 'r')
     return
   end
-  local more = leave_queue(k, head[1])
-  local mark = more and '!' or ''
+  redis.call('ZREM', q, head[1])
+  redis.call('ZREM', qd, head[1])
+  local mark = #head > 2 and '!' or ''
   local sp = string.find(head[1], ' ', 1, true)
   if sp then
     local waiter, inbox = string.sub(head[1], 1, sp - 1), string.sub(head[1], sp + 1)

@@ -42,7 +42,7 @@ for i = first, last do
   if st == 1 then
     redis.call('DEL', k)
   elseif st == 2 then
-    hand_off(k)
+    hand_off(k, now)
   elseif st then
     local rest
     if permits then
@@ -57,7 +57,7 @@ for i = first, last do
     if not rest then -- no one else
       redis.call('DEL', h)
       if st.marked then
-        hand_off(k)
+        hand_off(k, now)
       elseif not permits then
         redis.call('DEL', k)
       end
