@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -29,6 +30,9 @@ type Cell struct {
 	// each, every process with its own client and contender (see
 	// RunProcs).
 	Procs int
+	// MaxProcs > 0 starts each of those processes with GOMAXPROCS set to
+	// it (0: Go's default, every CPU of the machine). See SharedMaxProcs.
+	MaxProcs int
 }
 
 // Mode is "contended" or "uncontended".
@@ -51,6 +55,9 @@ func (c Cell) Name() string {
 	if c.Procs > 0 {
 		s += fmt.Sprintf("/procs=%d", c.Procs)
 	}
+	if c.MaxProcs > 0 {
+		s += fmt.Sprintf("/gomaxprocs=%d", c.MaxProcs)
+	}
 	return s
 }
 
@@ -71,7 +78,9 @@ func RTTName(d time.Duration) string {
 // fit make bench in 12 minutes on 2 cores once the round trips came: no K =
 // 10 and no uncontended W = 16 any more); the
 // contended cell on loopback and at ContendedRTT; and the contended cell
-// with slotlock's workers spread over separate processes (ProcsSplits).
+// with slotlock's workers spread over separate processes (ProcsSplits),
+// each process with Go's default GOMAXPROCS and, where that differs, with
+// its share of the machine's CPUs (SharedMaxProcs).
 var (
 	Ks   = []int{1, 100, 1000}
 	Ws   = []int{1}
@@ -118,7 +127,26 @@ func Matrix() []Cell {
 		c.Procs = p
 		out = append(out, c)
 	}
+	for _, p := range ProcsSplits {
+		if m := SharedMaxProcs(p); m < runtime.NumCPU() {
+			c := Contended("slotlock", ContendedRTT)
+			c.Procs, c.MaxProcs = p, m
+			out = append(out, c)
+		}
+	}
 	return out
+}
+
+// SharedMaxProcs is the GOMAXPROCS that gives each of procs processes its
+// share of this machine's CPUs, at least one. Every Go process starts with
+// GOMAXPROCS = all the machine's CPUs: instances of a service on hosts of
+// their own each get that many cores, but 16 worker processes on this
+// machine's 2 cores would run up to 32 busy threads on 2 cores. (Measured at
+// a726ed8, 16 × 1 at RTT 200 us: 574 and 650 batches/s with GOMAXPROCS=1
+// against 488 and 475 with the default; client CPU 1.4 against 2.2 ms per
+// batch.)
+func SharedMaxProcs(procs int) int {
+	return max(1, runtime.NumCPU()/max(procs, 1))
 }
 
 // Observed says which cells run another client's GETs beside them (the

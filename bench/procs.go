@@ -10,7 +10,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -79,7 +81,10 @@ type workerReport struct {
 	ClientCPU  time.Duration
 	Violations int
 	Holds      []Hold
-	Err        string
+	// MaxProcs is the worker process's GOMAXPROCS, so that the parent can
+	// check that the one it asked for took effect.
+	MaxProcs int
+	Err      string
 }
 
 // RunWorkerIfAsked runs this process as a worker of a process cell when
@@ -140,6 +145,7 @@ func WorkerMain(ctx context.Context, spec WorkerSpec, in io.Reader, out io.Write
 	rep := workerReport{
 		Batches: res.Batches, Elapsed: res.Elapsed, Latency: lat, Wait: wait,
 		ClientCPU: ProcessCPU() - cpu0, Violations: res.Violations, Holds: slices.Concat(r.holds...),
+		MaxProcs: runtime.GOMAXPROCS(0),
 	}
 	if res.Err != nil {
 		rep.Err = res.Err.Error()
@@ -183,6 +189,10 @@ func (e *Env) RunProcs(ctx context.Context, cell Cell, d time.Duration, verify i
 		js, _ := json.Marshal(spec)
 		cmd := command()
 		cmd.Env = append(os.Environ(), EnvWorker+"="+string(js))
+		if cell.MaxProcs > 0 {
+			// Last in Env: it wins over a GOMAXPROCS this process got.
+			cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(cell.MaxProcs))
+		}
 		cmd.Stderr = os.Stderr
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
@@ -249,6 +259,9 @@ func (e *Env) RunProcs(ctx context.Context, cell Cell, d time.Duration, verify i
 		holds = append(holds, r.Holds...)
 		if r.Err != "" {
 			errs = append(errs, fmt.Errorf("worker process %d: %s", i, r.Err))
+		}
+		if cell.MaxProcs > 0 && r.MaxProcs != cell.MaxProcs {
+			errs = append(errs, fmt.Errorf("worker process %d: GOMAXPROCS %d, asked for %d", i, r.MaxProcs, cell.MaxProcs))
 		}
 	}
 	space := Keyspace

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -103,14 +104,21 @@ func TestCheckHolds(t *testing.T) {
 // TestProcs runs the contended cell over worker processes (this test
 // binary, re-executed): every process verifies its keys, the parent finds
 // no overlap across them, and the batches of all processes are counted.
+// With MaxProcs, each process runs with the GOMAXPROCS asked for (one that
+// differs from Go's default here), which RunProcs checks in the processes'
+// reports.
 func TestProcs(t *testing.T) {
 	env := newEnv(t)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, procs := range []int{1, 2} {
-		cell := Cell{Contender: "slotlock", K: 5, W: 4, Hot: 30, RTT: 200 * time.Microsecond, Procs: procs}
+	notDefault := 1
+	if runtime.NumCPU() == 1 {
+		notDefault = 2
+	}
+	for _, split := range [][2]int{{1, 0}, {2, 0}, {2, notDefault}} {
+		cell := Cell{Contender: "slotlock", K: 5, W: 4, Hot: 30, RTT: 200 * time.Microsecond, Procs: split[0], MaxProcs: split[1]}
 		t.Run(cell.Name(), func(t *testing.T) {
 			res := env.RunProcs(context.Background(), cell, 300*time.Millisecond, 2, func() *exec.Cmd { return exec.Command(exe) })
 			if res.Err != nil {

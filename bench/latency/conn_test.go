@@ -244,16 +244,3 @@ func BenchmarkRoundTrip(b *testing.B) {
 		}
 	}
 }
-
-func itoa(n int) string {
-	var b [20]byte
-	i := len(b)
-	for {
-		i--
-		b[i] = byte('0' + n%10)
-		n /= 10
-		if n == 0 {
-			return string(b[i:])
-		}
-	}
-}

@@ -67,7 +67,7 @@ type Tracker struct {
 	client rueidis.Client
 	topo   *topology.Source
 
-	stats struct{ held, hints, resyncs atomic.Int64 }
+	stats struct{ held, hints, resyncs, wakes atomic.Int64 }
 
 	// refused is set when a server refused CLIENT TRACKING (an ACL, a
 	// proxy, a managed service): from then on only deadlines are watched.
@@ -84,8 +84,13 @@ type Tracker struct {
 	// than that needs no wake-up: the loop looks at the heap then. (A
 	// removed entry leaves the timer as it was: it fires early, harmlessly.)
 	timerAt time.Time
-	started bool
-	closed  bool
+	// shortest is the shortest time to its deadline a watch had when it
+	// came (about the shortest TTL): with no deadline queued, the timer
+	// is set half of it ahead instead of an hour, so that a new watch,
+	// due at least that far ahead, needs no wake-up (see expireDue).
+	shortest time.Duration
+	started  bool
+	closed   bool
 
 	kick      chan struct{} // wakes run: a deadline moved
 	routeKick chan struct{} // wakes routeLoop: keys to route
@@ -113,12 +118,13 @@ type Stats struct {
 	Held    int64 // reads that found the key still held: registered again
 	Hints   int64 // invalidations of watched keys received
 	Resyncs int64 // nil invalidations (a flush, a connection's end)
+	Wakes   int64 // times the deadline loop was woken to move its timer
 }
 
 // Stats returns the counters.
 func (t *Tracker) Stats() Stats {
 	return Stats{Held: t.stats.held.Load(),
-		Hints: t.stats.hints.Load(), Resyncs: t.stats.resyncs.Load()}
+		Hints: t.stats.hints.Load(), Resyncs: t.stats.resyncs.Load(), Wakes: t.stats.wakes.Load()}
 }
 
 // Watch starts watching w's keys and deadline.
@@ -139,6 +145,9 @@ func (t *Tracker) Watch(w *Watch) {
 	}
 	w.pos = -1
 	t.push(w, w.Owner.Deadline())
+	if left := time.Until(w.at); left > 0 && (t.shortest == 0 || left < t.shortest) {
+		t.shortest = left
+	}
 	if !t.refused.Load() {
 		// Indexed by the router, after registerDelay: a lease released
 		// before then costs this append and nothing per key. Only the
@@ -284,6 +293,7 @@ func (t *Tracker) run() {
 		case <-t.stop:
 			return
 		case <-t.kick:
+			t.stats.wakes.Add(1)
 		case <-timer.C:
 		}
 	}
@@ -348,8 +358,21 @@ func (t *Tracker) expireDue(now time.Time) (expired []*Watch, next time.Duration
 			expired = append(expired, w)
 		}
 	}
-	t.timerAt = now.Add(time.Hour)
-	return expired, time.Hour
+	// Nothing queued. An hour ahead, every new watch would be due
+	// before the timer and wake this loop: one wake-up per lease, for
+	// leases released within microseconds (a single-key lock and
+	// release was about a quarter slower with the tracker on; see
+	// TestShortLeasesDoNotWakeTheLoop). Half the shortest TTL ahead (10
+	// ms at least), a new watch is due after the timer and is picked up
+	// when it fires; one due sooner still wakes the loop (Watch). Every
+	// deadline is kept as before: the timer never fires after the
+	// earliest queued one.
+	idle := time.Hour
+	if t.shortest > 0 {
+		idle = min(idle, max(t.shortest/2, 10*time.Millisecond))
+	}
+	t.timerAt = now.Add(idle)
+	return expired, idle
 }
 
 // route hands every key of toRoute to the connection of the master that

@@ -2,6 +2,7 @@ package tracking_test
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -145,5 +146,51 @@ func TestTrackerBusyIsNotARefusal(t *testing.T) {
 		require.Equal(t, []int{0}, idx)
 	case <-ctx.Done():
 		t.Fatal("the deletion was not seen")
+	}
+}
+
+// TestShortLeasesDoNotWakeTheLoop: leases released right after they are
+// granted, one after the other, as a single worker's, do not wake the
+// Tracker's deadline loop each (they did when the loop, finding nothing
+// queued, set its timer an hour ahead: every new deadline then came
+// before it), and a deadline sooner than the loop's timer still ends its
+// watch on time.
+func TestShortLeasesDoNotWakeTheLoop(t *testing.T) {
+	c, ctx, admin := trackerEnv(t)
+	client, err := c.Client()
+	require.NoError(t, err)
+	defer client.Close()
+	tr := tracking.New(client, topology.New(client))
+	defer tr.Close()
+	names, err := slot.NewNamer("trkwake")
+	require.NoError(t, err)
+	set := protocol.NewSet(names, []string{"k"})
+
+	const leases = 200
+	for range leases {
+		w := &tracking.Watch{Set: set, Holder: "tokenW", Owner: newOwner(30 * time.Second)}
+		before := tr.Stats().Wakes
+		tr.Watch(w)
+		tr.Forget(w)
+		// Give a wake-up the time to happen: the loop finds the heap empty
+		// again, as after a real single-key release.
+		deadline := time.Now().Add(2 * time.Millisecond)
+		for tr.Stats().Wakes == before && time.Now().Before(deadline) {
+			runtime.Gosched()
+		}
+	}
+	require.LessOrEqual(t, tr.Stats().Wakes, int64(5), "wake-ups of the deadline loop for %d leases", leases)
+
+	// A watch due long before the loop's timer (now half of 30 s ahead),
+	// of a key that is held (the tracker reads it).
+	o := newOwner(300 * time.Millisecond)
+	tr.Watch(held(t, ctx, admin, "short", "tokenS", o))
+	select {
+	case <-o.expired:
+		require.Less(t, time.Since(o.deadline), time.Second, "expired late")
+	case idx := <-o.lost:
+		t.Fatalf("lost %v: the key is held", idx)
+	case <-ctx.Done():
+		t.Fatal("a deadline before the loop's timer did not end its watch")
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -72,7 +73,7 @@ func run() int {
 	flag.DurationVar(&cfg.timeout, "timeout", 0, "bound on the whole run (default 11m30s, 150s with -short)")
 	flag.DurationVar(&cfg.profileTime, "profile", 0, "length of each CPU-profiled slotlock run, K=1000, 100 and 1 (default 5s, 1s with -short)")
 	flag.StringVar(&cfg.root, "root", "..", "the slotlock module, for the slot package micro-benchmarks")
-	cells := flag.String("cells", "", "run only the cells whose name matches this regexp")
+	cells := flag.String("cells", "", "run only the cells whose name matches this regexp (and the target pairs both of whose cells match)")
 	addrs := flag.String("addrs", "", "run against a cluster you already have (host:port,...) instead of starting one; keys go under -prefix and are deleted afterwards")
 	prefix := flag.String("prefix", "slotbench:", "with -addrs: the prefix of every key written; the run refuses to start if any master holds a key under it")
 	flag.Parse()
@@ -183,8 +184,11 @@ func run() int {
 	}
 
 	var pairs []*pairTarget
-	if cfg.filter == nil && !incomplete && ctx.Err() == nil {
-		pairs = targetPairs(rows)
+	if !incomplete && ctx.Err() == nil {
+		// With -cells, the pairs whose two cells both match run too.
+		pairs = slices.DeleteFunc(targetPairs(rows), func(t *pairTarget) bool {
+			return cfg.filter != nil && !(cfg.filter.MatchString(t.A.Name()) && cfg.filter.MatchString(t.B.Name()))
+		})
 		for _, t := range pairs {
 			t.run(ctx, env, cfg)
 			fmt.Printf("slotbench: %s\n", t.progress())

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -31,7 +33,18 @@ func rttText(d time.Duration) string {
 	return ms(d)
 }
 
-func writeTargets(b *strings.Builder, rp report, pairs []*pairTarget) {
+// addedRTT is the round trip the layer really added to a PING at rtt (the
+// asked value when the measurement is missing).
+func (m *machine) addedRTT(rtt time.Duration) time.Duration {
+	for _, w := range m.Wire {
+		if w.Asked == rtt && w.Ping.P50 > m.Floor.Ping.P50 {
+			return w.Ping.P50 - m.Floor.Ping.P50
+		}
+	}
+	return rtt
+}
+
+func writeTargets(b *strings.Builder, rp report, pairs []*pairTarget, m *machine) {
 	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
 	p("## Targets\n\n")
 	p("The project's targets for slotlock, as ratios of batches/s in this run. ")
@@ -58,7 +71,9 @@ func writeTargets(b *strings.Builder, rp report, pairs []*pairTarget) {
 	p("\n")
 	for _, rtt := range bench.RTTs {
 		if r, ok := rp.ratio("raw-pipeline", "sequential-setnx", 1000, 1, 0, rtt); ok {
-			p("- RTT %s: the raw ceiling itself made %.1f× the batches/s of sequential SET NX at K = 1,000. A ratio above the ceiling's would take a lock faster than a pipeline that checks nothing.\n", rttText(rtt), r)
+			p("- RTT %s: the raw ceiling itself made %.1f× the batches/s of sequential SET NX at K = 1,000. A ratio above the ceiling's would take a lock faster than a pipeline that checks nothing.", rttText(rtt), r)
+			writeCeiling(b, rp, pairs, m, rtt, r)
+			p("\n")
 		}
 	}
 	p("\nContended waits, slotlock against the best peer of each paired round:\n\n")
@@ -141,6 +156,46 @@ func missing(rp report, c bench.Cell) string {
 	return "–"
 }
 
+// writeCeiling says, when a target against sequential SET NX at rtt asks
+// for more than the raw pipeline's own ratio (ceiling), that this machine
+// cannot show it, and why, from the run's own cells: one key at a time
+// waits a round trip per key, a pipelined batch about two round trips plus
+// its loopback time, which on 2 cores shared with 6 Redis nodes is
+// milliseconds at K = 1,000.
+func writeCeiling(b *strings.Builder, rp report, pairs []*pairTarget, m *machine, rtt time.Duration, ceiling float64) {
+	const k = 1000
+	var t *pairTarget
+	for _, x := range pairs {
+		if x.A.RTT == rtt && x.A.K == k && x.B.Contender == "sequential-setnx" {
+			t = x
+		}
+	}
+	seq, ok1 := rp.get("sequential-setnx", k, 1, 0, rtt)
+	raw0, ok2 := rp.get("raw-pipeline", k, 1, 0, 0)
+	if t == nil || ceiling >= t.Need || !ok1 || !ok2 {
+		return
+	}
+	added := m.addedRTT(rtt)
+	var ping time.Duration
+	for _, w := range m.Wire {
+		if w.Asked == rtt {
+			ping = w.Ping.P50
+		}
+	}
+	budget := seq.Latency.P50 / time.Duration(t.Need)
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	p(" **The target of %.0f× is above what this machine can show at this round trip**: a pipeline that checks nothing reached %.1f×", t.Need, ceiling)
+	if med, ok := t.median(); ok {
+		p(", slotlock %.2f× (paired)", med)
+	}
+	p(". Sequential SET NX is as fast as one round trip per key allows: its batch p50 is %s, %s a key, against a PING's %s through the same layer. ", ms(seq.Latency.P50), ms(seq.Latency.P50/k), ms(ping))
+	p("%.0f× would need a pipelined batch of %s: two round trips (2 × %s added) leave %s for the CPU of 1,000 keys, while the raw pipeline alone needs %s (its loopback p50) on these 2 cores shared with 6 Redis nodes. ",
+		t.Need, ms(budget), ms(added), ms(max(budget-2*added, 0)), ms(raw0.Latency.P50))
+	if rtt == 200*time.Microsecond {
+		p("Faster cores give more at the same round trip: the issue's author measured slotlock at 109-149× sequential SET NX with 0.2 ms added.")
+	}
+}
+
 // writeRoundTrips explains, per round trip, where a batch's time goes:
 // how many round trips sit on its critical path, counted two ways.
 func writeRoundTrips(b *strings.Builder, rp report, m *machine) {
@@ -151,12 +206,7 @@ func writeRoundTrips(b *strings.Builder, rp report, m *machine) {
 	p("*Flushes* counts the chunks the contender's clients wrote per batch (one command, or one pipelined burst to one node: a DoMulti over 3 masters is 3 flushes in one round trip). ")
 	p("*Commands* is what the masters executed per batch (INFO commandstats; inside scripts included).\n\n")
 	for _, rtt := range bench.RTTs[1:] {
-		added := rtt
-		for _, w := range m.Wire {
-			if w.Asked == rtt && w.Ping.P50 > m.Floor.Ping.P50 {
-				added = w.Ping.P50 - m.Floor.Ping.P50
-			}
-		}
+		added := m.addedRTT(rtt)
 		p("### RTT %s (measured: %s added to a PING)\n\n| contender |", ms(rtt), ms(added))
 		for _, k := range bench.Ks {
 			p(" K = %d: round trips · flushes · commands |", k)
@@ -237,19 +287,30 @@ func writeProcs(b *strings.Builder, rp report) {
 	p("The contended cell at RTT %s with slotlock's %d workers spread over separate OS processes (the benchmark binary re-executed), each process with its own client and Locker, as instances of a service would have: ", ms(bench.ContendedRTT), bench.ContendedW)
 	p("workers of different processes cannot queue for each other in memory and meet only in Redis. ")
 	p("Exclusion is checked across processes: each reports when each batch was held (CLOCK_MONOTONIC, from Lock's return to before Release), and the parent replays every interval through the same exclusion table as the in-process check. The processes start together after each verified its keys.\n\n")
-	p("| processes × workers | batches/s | latency p50 | latency p99 | wait p99 | longest wait | client CPU per batch |\n|---|---:|---:|---:|---:|---:|---:|\n")
-	for _, n := range bench.ProcsSplits {
-		c := bench.Contended("slotlock", bench.ContendedRTT)
-		c.Procs = n
-		r, ok := find(rp.rows, c)
-		if !ok {
-			p("| %d × %d | %s | | | | | |\n", n, bench.ContendedW/n, missing(rp, c))
-			continue
+	p("Every Go process starts with GOMAXPROCS = all the machine's CPUs (%d here). Instances of a service on hosts of their own each get their own cores; here all the processes share these %d cores with the 6 Redis nodes, and %d processes with GOMAXPROCS %d each may run %d threads of Go code at once on them. ", runtime.NumCPU(), runtime.NumCPU(), slices.Max(bench.ProcsSplits), runtime.NumCPU(), slices.Max(bench.ProcsSplits)*runtime.NumCPU())
+	p("So the splits run twice: with Go's default, and with each process given its share of the machine, GOMAXPROCS = max(1, CPUs / processes) (the rows that say so; the parent checks that every process ran with it).\n\n")
+	p("| processes × workers | GOMAXPROCS per process | batches/s | latency p50 | latency p99 | wait p99 | longest wait | client CPU per batch |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, shared := range []bool{false, true} {
+		for _, n := range bench.ProcsSplits {
+			c := bench.Contended("slotlock", bench.ContendedRTT)
+			c.Procs = n
+			gmp := fmt.Sprintf("%d (default)", runtime.NumCPU())
+			if shared {
+				if c.MaxProcs = bench.SharedMaxProcs(n); c.MaxProcs >= runtime.NumCPU() {
+					continue // the default already
+				}
+				gmp = fmt.Sprintf("%d (its share)", c.MaxProcs)
+			}
+			r, ok := find(rp.rows, c)
+			if !ok {
+				p("| %d × %d | %s | %s | | | | | |\n", n, bench.ContendedW/n, gmp, missing(rp, c))
+				continue
+			}
+			p("| %d × %d | %s | %s%s | %s | %s | %s | %s | %s |\n", n, bench.ContendedW/n, gmp, num(r.BatchesPerSec()), dagger(r), ms(r.Latency.P50), ms(r.Latency.P99), ms(r.Wait.P99), ms(r.Wait.Max), ms(r.PerBatch(r.ClientCPU)))
 		}
-		p("| %d × %d | %s%s | %s | %s | %s | %s | %s |\n", n, bench.ContendedW/n, num(r.BatchesPerSec()), dagger(r), ms(r.Latency.P50), ms(r.Latency.P99), ms(r.Wait.P99), ms(r.Wait.Max), ms(r.PerBatch(r.ClientCPU)))
 	}
 	if r, ok := find(rp.rows, bench.Contended("slotlock", bench.ContendedRTT)); ok {
-		p("| 1 × %d, in this process (the matrix's cell) | %s | %s | %s | %s | %s | %s |\n", bench.ContendedW, num(r.BatchesPerSec()), ms(r.Latency.P50), ms(r.Latency.P99), ms(r.Wait.P99), ms(r.Wait.Max), ms(r.PerBatch(r.ClientCPU)))
+		p("| 1 × %d, in this process (the matrix's cell) | %d | %s | %s | %s | %s | %s | %s |\n", bench.ContendedW, runtime.GOMAXPROCS(0), num(r.BatchesPerSec()), ms(r.Latency.P50), ms(r.Latency.P99), ms(r.Wait.P99), ms(r.Wait.Max), ms(r.PerBatch(r.ClientCPU)))
 	}
 	p("\n")
 }

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slotlock/slotlock/bench"
+)
+
+// TestCeilingSentence: the Targets section says plainly that a target
+// against sequential SET NX is above this machine's ceiling when the raw
+// pipeline's own ratio is below it, with the figures that show it, and
+// says nothing of the kind when the ceiling is above the target.
+func TestCeilingSentence(t *testing.T) {
+	const rtt = 200 * time.Microsecond
+	cell := func(name string, rtt time.Duration) bench.Cell {
+		return bench.Cell{Contender: name, K: 1000, W: 1, RTT: rtt}
+	}
+	mk := func(c bench.Cell, p50 time.Duration, batches int) row {
+		return row{Result: bench.Result{Cell: c, Batches: batches, Elapsed: time.Second, Latency: bench.Dist{P50: p50}}}
+	}
+	m := &machine{Wire: []bench.Wire{{Asked: rtt, Ping: bench.Dist{P50: 268 * time.Microsecond}}}, Floor: bench.Wire{Ping: bench.Dist{P50: 51 * time.Microsecond}}}
+	for _, tc := range []struct {
+		rawPerSec int
+		want      bool
+	}{{rawPerSec: 231, want: true}, {rawPerSec: 500, want: false}} {
+		rows := []row{
+			mk(cell("sequential-setnx", 0), 46*time.Millisecond, 20),
+			mk(cell("raw-pipeline", 0), 3200*time.Microsecond, 290),
+			mk(cell("sequential-setnx", rtt), 302*time.Millisecond, 3),
+			mk(cell("raw-pipeline", rtt), 4100*time.Microsecond, tc.rawPerSec),
+			mk(cell("slotlock", rtt), 4200*time.Microsecond, 228),
+		}
+		pair := &pairTarget{Label: "seq", A: cell("slotlock", rtt), B: cell("sequential-setnx", rtt), Need: 100, Ratios: []float64{70.45}}
+		var b strings.Builder
+		writeTargets(&b, report{rows: rows}, []*pairTarget{pair}, m)
+		got := b.String()
+		has := strings.Contains(got, "above what this machine can show")
+		if has != tc.want {
+			t.Fatalf("raw at %d batches/s: sentence present %v, want %v:\n%s", tc.rawPerSec, has, tc.want, got)
+		}
+		if !tc.want {
+			continue
+		}
+		for _, want := range []string{"reached 77.0×", "slotlock 70.45× (paired)", "302ms", "302µs a key", "268µs through the same layer", "pipelined batch of 3.0ms", "2 × 217µs added", "leave 2.6ms", "needs 3.2ms"} {
+			if !strings.Contains(got, want) {
+				t.Errorf("missing %q in:\n%s", want, got)
+			}
+		}
+	}
+}
+
+// TestOwnerCheckSentence: at K = 1 the comparison with the raw pipeline
+// says how far the smallest owner-checked lock (sequential SET NX) is from
+// it, and how far slotlock is from that, when the run has the cell.
+func TestOwnerCheckSentence(t *testing.T) {
+	mk := func(name string, batches int, scriptUsec, scriptCalls int64) row {
+		return row{Result: bench.Result{Cell: bench.Cell{Contender: name, K: 1, W: 1}, Batches: batches, Elapsed: time.Second,
+			Server: bench.ServerStats{ScriptUsec: scriptUsec, ScriptCalls: scriptCalls}}}
+	}
+	sl, raw := mk("slotlock", 9000, 80000, 9000), mk("raw-pipeline", 10000, 0, 0)
+	for _, withSeq := range []bool{true, false} {
+		rp := report{rows: []row{sl, raw}}
+		if withSeq {
+			rp.rows = append(rp.rows, mk("sequential-setnx", 9500, 45000, 9500))
+		}
+		var b strings.Builder
+		writeVsRaw(&b, rp, sl, raw)
+		got := b.String()
+		if has := strings.Contains(got, "**The owner check.**"); has != withSeq {
+			t.Fatalf("with the sequential SET NX cell %v: owner-check bullet present %v:\n%s", withSeq, has, got)
+		}
+		if withSeq && !strings.Contains(got, "It made 0.95× the raw pipeline's batches/s here (its script 4.7 µs a call), slotlock 0.95× sequential SET NX") {
+			t.Errorf("wrong figures:\n%s", got)
+		}
+	}
+}
