@@ -179,11 +179,16 @@ end
 
 -- leave_queue takes waiter out of lock key k's queue and returns whether
 -- others remain. The caller has read the queue keys before its first write.
+-- It counts before it removes: a ZREM of the last entry deletes the queue,
+-- and in a slot MIGRATING away Redis refuses any later command on the then
+-- missing key ("non local key"), failing the call after its writes
+-- (TestMigratingSlotLastReader).
 local function leave_queue(k, waiter)
   local q, qd = queue_keys(k)
-  redis.call('ZREM', q, waiter)
+  local n = redis.call('ZCARD', q)
+  n = n - redis.call('ZREM', q, waiter)
   redis.call('ZREM', qd, waiter)
-  return redis.call('ZCARD', q) > 0
+  return n > 0
 end
 
 -- drop_dead removes the entries of lock key k's queue whose deadline
@@ -205,27 +210,53 @@ end
 -- first write. A waiter by reservation (its entry is waiter ' ' inbox) is
 -- handed a reservation naming its ticket and inbox, and woken on its
 -- inbox; a waiter in line (its entry is its token) on the key's channel.
+--
+-- It reads the queue before it writes it, for leave_queue's reason: the
+-- head is the first entry of the order whose deadline has not passed (of
+-- the first #dead + 1 entries, at most #dead are dead), and the counts
+-- say what is left, so that no command touches a queue key its own ZREMs
+-- deleted.
 local function hand_off(k)
   local q, qd = queue_keys(k)
-  drop_dead(k, now_ms())
-  local head = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')
-  if #head == 0 then
-    redis.call('DEL', k, q, qd)
+  local dead = redis.call('ZRANGE', qd, '-inf', '(' .. string.format('%d', now_ms()), 'BYSCORE')
+  local nq, nqd = redis.call('ZCARD', q), redis.call('ZCARD', qd)
+  local first = redis.call('ZRANGE', q, 0, #dead, 'WITHSCORES')
+  local is_dead = {}
+  for _, w in ipairs(dead) do
+    is_dead[w] = true
+  end
+  local head, score
+  for j = 1, #first, 2 do
+    if not is_dead[first[j]] then
+      head, score = first[j], first[j + 1]
+      break
+    end
+  end
+  for _, w in ipairs(dead) do
+    nq = nq - redis.call('ZREM', q, w)
+    nqd = nqd - redis.call('ZREM', qd, w)
+  end
+  if not head then
+    redis.call('DEL', k)
+    if nqd > 0 then -- deadlines of waiters no longer in the order
+      redis.call('DEL', qd)
+    end
     publish(k, 'r')
     return
   end
-  local more = leave_queue(k, head[1])
-  local mark = more and '!' or ''
-  local sp = string.find(head[1], ' ', 1, true)
+  nq = nq - redis.call('ZREM', q, head)
+  redis.call('ZREM', qd, head)
+  local mark = nq > 0 and '!' or ''
+  local sp = string.find(head, ' ', 1, true)
   if sp then
-    local waiter, inbox = string.sub(head[1], 1, sp - 1), string.sub(head[1], sp + 1)
-    redis.call('SET', k, '^' .. string.format('%d', tonumber(head[2])) .. ':' .. waiter .. ':' .. inbox .. mark,
+    local waiter, inbox = string.sub(head, 1, sp - 1), string.sub(head, sp + 1)
+    redis.call('SET', k, '^' .. string.format('%d', tonumber(score)) .. ':' .. waiter .. ':' .. inbox .. mark,
       'PX', RESERVE_MS)
     publish(inbox, 'h ' .. k .. ' ' .. waiter) -- lockval.HandOff
     return
   end
-  redis.call('SET', k, '^' .. head[1] .. mark, 'PX', RESERVE_MS)
-  publish(k, 'h ' .. head[1]) -- lockval.HandOff
+  redis.call('SET', k, '^' .. head .. mark, 'PX', RESERVE_MS)
+  publish(k, 'h ' .. head) -- lockval.HandOff
 end
 
 -- take_free is the acquire scripts' fast path: it takes keys[first..last]

@@ -129,11 +129,19 @@ local function shared_holders(k, v, me, now)
   return {mine = exp > now, exp = exp}
 end
 
--- shared_latest returns the latest live expiry in holders set s (expired
--- members, crashed holders', stay until the set goes or a renewal prunes
--- them: they count for nothing), nil when there is none. O(log n).
-local function shared_latest(s, now)
-  local last = redis.call('ZRANGE', s, '+inf', '(' .. string.format('%d', now), 'BYSCORE', 'REV', 'LIMIT', 0, 1, 'WITHSCORES')
+-- shared_latest returns the latest live expiry in holders set s of a
+-- holder other than me (expired members, crashed holders', stay until the
+-- set goes or a renewal prunes them: they count for nothing), nil when
+-- there is none. O(log n). A release reads it before it writes: its ZREM
+-- of the last member deletes the set, and in a slot MIGRATING away Redis
+-- refuses any later command on the then missing set ("non local key"),
+-- failing the call after its writes (the lock value then outlived its
+-- holders: TestMigratingSlotLastReader).
+local function shared_latest(s, now, me)
+  local last = redis.call('ZRANGE', s, '+inf', '(' .. string.format('%d', now), 'BYSCORE', 'REV', 'LIMIT', 0, 2, 'WITHSCORES')
+  if last[1] == me then
+    return last[4] and tonumber(last[4])
+  end
   return last[2] and tonumber(last[2])
 end
 
