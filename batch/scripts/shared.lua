@@ -155,6 +155,24 @@ local function later_expiry(k, ttl)
   end
 end
 
+-- shared_cover makes shared key k and its holders set s live at least
+-- until at (ms, server time), and never shortens either. In one reader's
+-- join it costs two calls where later_expiry on both cost two when the
+-- expiry moves and four when it does not (PEXPIRE GT answers 0 both for a
+-- later expiry and for none, and then needs a PTTL): under a stream of
+-- readers most joins fall in a millisecond another reader's join already
+-- covered. The set is read, for the one case where it has no expiry (just
+-- created beside a lock key whose set an operator deleted); the lock key
+-- always has one (every script writes it with PX or KEEPTTL), so PEXPIREAT
+-- GT alone keeps it.
+local function shared_cover(k, s, at)
+  local a = string.format('%d', at)
+  if redis.call('PEXPIRETIME', s) < at then -- earlier, or none (-1)
+    redis.call('PEXPIREAT', s, a)
+  end
+  redis.call('PEXPIREAT', k, a, 'GT')
+end
+
 -- my_shared_hold says how me holds shared lock key k: 1 as its one
 -- holder, 2 the same with a waiter's mark, a shared_holders table (with
 -- marked) in the set form, false when not at all. now is read only when
