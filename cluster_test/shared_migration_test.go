@@ -106,3 +106,54 @@ func TestMigratingSlotLastReader(t *testing.T) {
 		})
 	}
 }
+
+// TestMigratingSlotLastOwnerLease: the reentrant form of
+// TestMigratingSlotLastReader. Two leases of one owner hold a key (its hold
+// set has two fields); the last releases while the slot is MIGRATING. Its
+// HDEL of the last field deleted the hold set and the HLEN after it was
+// refused, after the HDEL: the key stayed locked by the owner until its
+// TTL, and a retry no longer found the lease. The release must free the
+// key or fail having written nothing.
+func TestMigratingSlotLastOwnerLease(t *testing.T) {
+	for _, m := range []struct {
+		name    string
+		perSlot bool
+	}{{"per-node", false}, {"per-slot", true}} {
+		t.Run(m.name, func(t *testing.T) {
+			e := newEnv(t, 2*time.Minute)
+			l := e.locker(e.client(), slotlock.Options{TTL: 3 * time.Second, PerSlot: m.perSlot})
+			const key = "ledger:4"
+			lock := e.names.LockKey(key)
+			ctx := slotlock.WithOwner(e.ctx, "job-1")
+			a, err := l.Lock(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := l.Lock(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := a.Release(e.ctx); err != nil {
+				t.Fatal(err)
+			}
+			src, dst, s := e.startMigration(key)
+			rerr := b.Release(e.ctx)
+			_, gerr := src.Do(e.ctx, "GET", lock).ToString()
+			holds := e.names.HoldCountKeyInSlot(key, slot.KeySlot(key))
+			n, herr := src.Do(e.ctx, "HLEN", holds).AsInt64()
+			t.Logf("release of the last lease during the migration of slot %s: %v; lock key read: %v; hold set: %d (%v)", s, rerr, gerr, n, herr)
+			switch {
+			case gerr == nil && rerr == nil:
+				t.Errorf("%q still locked after the last lease's release returned", lock)
+			case gerr == nil && (herr != nil || n != 1):
+				t.Errorf("the failed release left %q locked and its hold set with %d fields (%v): the call wrote before it failed", lock, n, herr)
+			}
+			for _, n := range []*redistest.Node{dst, src} {
+				if err := n.Do(e.ctx, "CLUSTER", "SETSLOT", s, "STABLE").Error(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e.requireUnlocked(5 * time.Second) // a failed release's keys lapse by the TTL
+		})
+	}
+}
