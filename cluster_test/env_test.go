@@ -56,7 +56,14 @@ func (e *env) isAbandoned(token string) bool {
 // newEnv starts a private 3+3 cluster for t, bounded by limit.
 func newEnv(t *testing.T, limit time.Duration) *env {
 	t.Helper()
-	c := redistest.StartForTest(t, redistest.Options{})
+	return newEnvOn(t, redistest.StartForTest(t, redistest.Options{}), limit)
+}
+
+// newEnvOn is newEnv on a cluster several tests share in turn (each its
+// own prefix), for regression tests that inject no fault a later one could
+// meet.
+func newEnvOn(t *testing.T, c *redistest.Cluster, limit time.Duration) *env {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	t.Cleanup(cancel)
 	r := strings.NewReplacer("/", ":", "{", "(", "}", ")", " ", "_")
@@ -327,5 +334,24 @@ func (e *env) startMigration(key string) (src, dst *redistest.Node, s string) {
 	if err := src.Do(e.ctx, "CLUSTER", "SETSLOT", s, "MIGRATING", dst.ID()).Error(); err != nil {
 		e.t.Fatal(err)
 	}
+	// Called off in any case, for the next test on a shared cluster.
+	e.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, n := range []*redistest.Node{dst, src} {
+			_ = n.Do(ctx, "CLUSTER", "SETSLOT", s, "STABLE").Error()
+		}
+	})
 	return src, dst, s
+}
+
+// callOffMigration ends startMigration's half-done migration: the slot
+// stays with src.
+func (e *env) callOffMigration(src, dst *redistest.Node, s string) {
+	e.t.Helper()
+	for _, n := range []*redistest.Node{dst, src} {
+		if err := n.Do(e.ctx, "CLUSTER", "SETSLOT", s, "STABLE").Error(); err != nil {
+			e.t.Fatal(err)
+		}
+	}
 }

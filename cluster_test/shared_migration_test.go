@@ -26,12 +26,13 @@ import (
 // key or hand it to the writer, or fail having written nothing; once the
 // migration is called off, the writer gets the key and nothing is left.
 func TestMigratingSlotLastReader(t *testing.T) {
+	c := redistest.StartForTest(t, redistest.Options{}) // one cluster, the cases in turn
 	for _, m := range []struct {
 		name            string
 		perSlot, writer bool
 	}{{"per-node", false, false}, {"per-node-writer", false, true}, {"per-slot", true, false}, {"per-slot-writer", true, true}} {
 		t.Run(m.name, func(t *testing.T) {
-			e := newEnv(t, 2*time.Minute)
+			e := newEnvOn(t, c, 2*time.Minute)
 			l := e.locker(e.client(), slotlock.Options{TTL: 3 * time.Second, PerSlot: m.perSlot})
 			w := e.locker(e.client(), slotlock.Options{TTL: 3 * time.Second, PerSlot: m.perSlot})
 			const key = "catalog:9"
@@ -89,11 +90,7 @@ func TestMigratingSlotLastReader(t *testing.T) {
 			}
 			// Call the migration off; the writer then gets the key (or
 			// its lease lapses), and nothing may be left.
-			for _, n := range []*redistest.Node{dst, src} {
-				if err := n.Do(e.ctx, "CLUSTER", "SETSLOT", s, "STABLE").Error(); err != nil {
-					t.Fatal(err)
-				}
-			}
+			e.callOffMigration(src, dst, s)
 			if m.writer {
 				if err := <-got; err != nil {
 					t.Errorf("the writer: %v", err)
@@ -115,12 +112,13 @@ func TestMigratingSlotLastReader(t *testing.T) {
 // TTL, and a retry no longer found the lease. The release must free the
 // key or fail having written nothing.
 func TestMigratingSlotLastOwnerLease(t *testing.T) {
+	c := redistest.StartForTest(t, redistest.Options{}) // one cluster, the cases in turn
 	for _, m := range []struct {
 		name    string
 		perSlot bool
 	}{{"per-node", false}, {"per-slot", true}} {
 		t.Run(m.name, func(t *testing.T) {
-			e := newEnv(t, 2*time.Minute)
+			e := newEnvOn(t, c, 2*time.Minute)
 			l := e.locker(e.client(), slotlock.Options{TTL: 3 * time.Second, PerSlot: m.perSlot})
 			const key = "ledger:4"
 			lock := e.names.LockKey(key)
@@ -148,11 +146,7 @@ func TestMigratingSlotLastOwnerLease(t *testing.T) {
 			case gerr == nil && (herr != nil || n != 1):
 				t.Errorf("the failed release left %q locked and its hold set with %d fields (%v): the call wrote before it failed", lock, n, herr)
 			}
-			for _, n := range []*redistest.Node{dst, src} {
-				if err := n.Do(e.ctx, "CLUSTER", "SETSLOT", s, "STABLE").Error(); err != nil {
-					t.Fatal(err)
-				}
-			}
+			e.callOffMigration(src, dst, s)
 			e.requireUnlocked(5 * time.Second) // a failed release's keys lapse by the TTL
 		})
 	}
