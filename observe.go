@@ -179,11 +179,17 @@ func (l *Locker) nodesOf(set *protocol.Set) int {
 	if m == nil {
 		return 0
 	}
-	seen := make([]bool, len(m.Addrs))
+	// A bit per master on the stack for clusters of up to 64 masters: the
+	// observer is called per acquisition and should not allocate for this.
+	var small [1]uint64
+	seen := small[:]
+	if len(m.Addrs) > 64 {
+		seen = make([]uint64, (len(m.Addrs)+63)/64)
+	}
 	n := 0
 	slot.SlotRuns(set.Keys, func(s uint16, _ []slot.Key) bool {
-		if o := m.Owner(s); o >= 0 && !seen[o] {
-			seen[o] = true
+		if o := m.Owner(s); o >= 0 && seen[o/64]&(1<<(o%64)) == 0 {
+			seen[o/64] |= 1 << (o % 64)
 			n++
 		}
 		return true

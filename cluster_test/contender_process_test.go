@@ -24,7 +24,8 @@ import (
 // of holder_process_test.go is), one client and one Locker, as one replica
 // of a sharded service. It either locks random small batches of Space in
 // a loop, reporting each holding interval, or (Keys set) waits for Keys
-// once and holds them until it is killed.
+// once and holds them until it is killed (or, with Release, for Hold, then
+// releases them and reports the interval).
 const (
 	envContenderSpec = "SLOTLOCK_CHAOS_CONTENDER"
 	contenderLine    = "CONTEND "
@@ -39,6 +40,9 @@ type contenderSpec struct {
 	Seed   uint64
 	Hold   time.Duration
 	Keys   []string // wait for these once, then hold them until killed
+	// Release: with Keys, hold them for Hold, release them and report
+	// the interval ("held"), then wait to be stopped.
+	Release bool
 }
 
 // contenderEvent is one line of a contender's stdout; times are
@@ -87,7 +91,17 @@ func TestContenderProcess(t *testing.T) {
 			emit(contenderEvent{Event: "error", Err: err.Error()})
 			os.Exit(2)
 		}
-		emit(contenderEvent{Event: "granted", Token: lease.Token(), Keys: spec.Keys, From: sysMonotonic()})
+		from := sysMonotonic()
+		emit(contenderEvent{Event: "granted", Token: lease.Token(), Keys: spec.Keys, From: from})
+		if spec.Release {
+			time.Sleep(spec.Hold)
+			to := sysMonotonic()
+			if err := lease.Release(ctx); err != nil {
+				emit(contenderEvent{Event: "error", Err: err.Error()})
+				os.Exit(2)
+			}
+			emit(contenderEvent{Event: "held", Token: lease.Token(), Keys: lease.Keys(), From: from, To: to})
+		}
 		<-stop
 		os.Exit(0)
 	}

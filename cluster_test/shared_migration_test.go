@@ -14,7 +14,8 @@ import (
 // TestMigratingSlotLastReader: the last of two readers of a shared key
 // releases while the key's slot is MIGRATING on its owner (IMPORTING
 // elsewhere, nothing moved yet), in both script modes, with and without a
-// writer waiting for the key (its mark '!' and its line). Redis refuses a
+// writer waiting for the key (its mark '!' and its line), or with a line
+// of one dead entry. Redis refuses a
 // script's command on a key of a migrating slot that does not exist on the
 // source ("non local key") and keeps the writes made before it. The
 // release's ZREM of the last member deleted the holders set and its next
@@ -29,8 +30,11 @@ func TestMigratingSlotLastReader(t *testing.T) {
 	c := redistest.StartForTest(t, redistest.Options{}) // one cluster, the cases in turn
 	for _, m := range []struct {
 		name            string
-		perSlot, writer bool
-	}{{"per-node", false, false}, {"per-node-writer", false, true}, {"per-slot", true, false}, {"per-slot-writer", true, true}} {
+		perSlot, writer, ghost bool
+	}{
+		{"per-node", false, false, false}, {"per-node-writer", false, true, false}, {"per-node-dead-waiter", false, false, true},
+		{"per-slot", true, false, false}, {"per-slot-writer", true, true, false}, {"per-slot-dead-waiter", true, false, true},
+	} {
 		t.Run(m.name, func(t *testing.T) {
 			e := newEnvOn(t, c, 2*time.Minute)
 			l := e.locker(e.client(), slotlock.Options{TTL: 3 * time.Second, PerSlot: m.perSlot})
@@ -67,6 +71,23 @@ func TestMigratingSlotLastReader(t *testing.T) {
 						t.Fatalf("the writer did not mark %q: %q", lock, v)
 					}
 					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			if m.ghost {
+				// A line whose one entry's deadline passed (a waiter whose
+				// context ended mid-attempt leaves it to lapse), and the
+				// key marked: the release's hand_off finds no live waiter
+				// and must delete the key, its ZREMs of the dead entry
+				// emptying the line.
+				q, qd := e.names.QueueKeysInSlot(key, slot.KeySlot(key))
+				m := e.master(e.ctx, key)
+				for _, cmd := range [][]string{
+					{"ZADD", q, "1", "ghost"}, {"ZADD", qd, "1", "ghost"},
+					{"PEXPIRE", q, "10000"}, {"PEXPIRE", qd, "10000"}, {"SET", lock, "~!", "KEEPTTL"},
+				} {
+					if err := m.Do(e.ctx, cmd...).Error(); err != nil {
+						t.Fatal(err)
+					}
 				}
 			}
 			if err := r1.Release(e.ctx); err != nil {

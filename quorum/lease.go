@@ -257,9 +257,7 @@ func (le *Lease) Release(ctx context.Context) error {
 
 // releaseAll gives back the leases of a failed attempt.
 func (le *Lease) releaseAll(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), le.l.cleanupTimeout())
-	defer cancel()
-	le.each(func(s *slotlock.Lease) error { return s.Release(ctx) })
+	le.each(func(s *slotlock.Lease) error { return le.l.release(ctx, s) })
 }
 
 // Extend sets the expiry of the keys to ttl from now on every deployment

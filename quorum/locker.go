@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -30,6 +29,10 @@ type Locker struct {
 	// in and before they are counted: a test can make the validity window
 	// pass there.
 	beforeCount func()
+	// afterTry, set only by tests, runs in deployment i's goroutine after
+	// its TryLock returned and before its answer is counted: a test can
+	// hold one deployment's grant until the attempt is decided.
+	afterTry func(i int)
 }
 
 // New returns a Locker over one deployment per client: each a cluster or a
@@ -145,8 +148,7 @@ func (l *Locker) TryLock(ctx context.Context, keys ...string) (*Lease, error) {
 // two callers that split the deployments between them do not meet again
 // in lockstep, and growing from 5 ms to 200 ms.
 func retryPause(round int) time.Duration {
-	d := min(200*time.Millisecond, 5*time.Millisecond<<min(round, 6))
-	return d/2 + rand.N(d/2+1)
+	return protocol.Jittered(round, 5*time.Millisecond, 200*time.Millisecond)
 }
 
 // hopeless reports an attempt's error that every later attempt would
@@ -209,6 +211,9 @@ func (l *Locker) attempt(ctx context.Context, keys []string) (*Lease, error) {
 		go func() {
 			defer l.wg.Done()
 			le, err := d.TryLock(actx, keys...)
+			if l.afterTry != nil {
+				l.afterTry(i)
+			}
 			mu.Lock()
 			if decided {
 				mu.Unlock()
@@ -283,9 +288,15 @@ func (l *Locker) failed(i int, err error) *DeploymentError {
 // giveBack releases a deployment's lease that no quorum lease owns, on a
 // context of its own: the caller has its answer already.
 func (l *Locker) giveBack(le *slotlock.Lease) {
-	ctx, cancel := context.WithTimeout(context.Background(), l.cleanupTimeout())
+	l.release(context.Background(), le)
+}
+
+// release gives one deployment's lease back within the cleanup timeout,
+// whatever happened to ctx: what it cannot delete expires by its TTL.
+func (l *Locker) release(ctx context.Context, le *slotlock.Lease) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cleanupTimeout())
 	defer cancel()
-	_ = le.Release(ctx) // what it cannot delete expires by its TTL
+	return le.Release(ctx)
 }
 
 func (l *Locker) cleanupTimeout() time.Duration {

@@ -60,6 +60,35 @@ func TestGrantIsOnEveryDeploymentAndReleaseClearsAll(t *testing.T) {
 	require.Empty(t, e.lockedOn(ctx))
 }
 
+// TestLateGrantIsGivenBack: a deployment whose grant arrives after the
+// attempt was decided (here held back by a test hook until the answers of
+// the other two were counted) gives its keys back at once, on its own
+// goroutine, while the quorum lease goes on holding the other two; Close
+// waits for that goroutine.
+func TestLateGrantIsGivenBack(t *testing.T) {
+	e := sharedEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	l := e.locker(quorum.Options{Options: slotlock.Options{TTL: 20 * time.Second}})
+	counted := make(chan struct{})
+	quorum.SetBeforeCount(l, func() { close(counted) })
+	quorum.SetAfterTry(l, func(i int) {
+		if i == 2 {
+			<-counted
+		}
+	})
+	keys := []string{"late:1", "{late}:2"}
+	le, err := l.TryLock(ctx, keys...)
+	require.NoError(t, err)
+	require.Equal(t, []int{0, 1}, le.Held(), "the held-back deployment counted")
+	require.NoError(t, l.Close()) // waits for deployment 2's give-back
+	require.Empty(t, e.keysOn(ctx, 2), "the late grant was kept")
+	for i := range 2 {
+		require.Len(t, e.keysOn(ctx, i), len(keys), "deployment %d", i)
+	}
+	require.NoError(t, le.Release(ctx))
+	require.Empty(t, e.lockedOn(ctx))
+}
+
 // TestMinorityAnsweringIsAnErrorAndLeavesNothing: one deployment killed,
 // one frozen. TryLock fails with a QuorumError that names both (the frozen
 // one after AttemptTimeout), and once the frozen server runs again and the

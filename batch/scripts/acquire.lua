@@ -69,7 +69,8 @@ local waiter = lease ~= '' and lease or holder
 local conflicts = {}
 local stop = last + 1 -- first key not taken
 local vals = {}
-local handed = {} -- keys reserved for this acquisition
+local handed = {} -- keys whose queue this acquisition reads and leaves
+local keep = {}   -- keys reserved for it whose mark its grant keeps
 for i = first, last do
   local v = redis.pcall('GET', keys[i])
   if type(v) == 'table' and v.err then
@@ -87,11 +88,20 @@ for i = first, last do
   if ours then
     v = nil
   end
-  if (m1 == 'v' and not v) or marked then
-    -- A free key may still list a waiter in line ('v') in its queue: it
-    -- was freed by expiry or by a script-free release; a key reserved for
-    -- us and marked has others in line. Read the queue now, leave it when
-    -- writing. (A key reserved for us and unmarked has no queue: I-mark.)
+  if m1 == 'c' and ours then
+    -- A waiter by reservation has no entry in the queue of a key reserved
+    -- for it: the hand-off that made the key its own popped the entry,
+    -- and reserve.lua left the queue when it reserved the key itself.
+    -- Whether others wait is the value's mark (I-mark: every join marks
+    -- it), so the grant keeps the mark and reads no queue.
+    keep[i] = marked
+  elseif (queued and not v) or marked then
+    -- A free key may still list waiters in its queue: it was freed by
+    -- expiry (a reservation that lapsed unused) or by a script-free
+    -- release; a key handed to a waiter in line ('v') and marked has
+    -- others in line. Read the queue now, leave it when writing, and mark
+    -- the grant when others remain. (A key reserved for us and unmarked
+    -- has no queue: I-mark.)
     handed[i] = read_queue(keys[i])
   end
   if v and v ~= holder and holder_of(v) ~= holder then
@@ -148,7 +158,7 @@ for i = first, stop - 1 do
       end
       val = holder .. '.' .. string.format('%d', f) -- tostring would print large tokens in exponent form
     end
-    if handed[i] and leave_queue(k, waiter) then
+    if keep[i] or (handed[i] and leave_queue(k, waiter)) then
       val = val .. '!' -- others still wait: its release hands it on
     end
     redis.call('SET', k, val, 'PX', ttl)

@@ -210,43 +210,51 @@ end
 -- first write. A waiter by reservation (its entry is waiter ' ' inbox) is
 -- handed a reservation naming its ticket and inbox, and woken on its
 -- inbox; a waiter in line (its entry is its token) on the key's channel.
+-- now is the server's time in ms (now_ms), read once by a caller that
+-- hands off several keys; nil reads it here.
 --
--- It reads the queue before it writes it, for leave_queue's reason: the
--- head is the first entry of the order whose deadline has not passed (of
--- the first #dead + 1 entries, at most #dead are dead), and the counts
--- say what is left, so that no command touches a queue key its own ZREMs
--- deleted.
-local function hand_off(k)
+-- It reads the line before it writes it, for leave_queue's reason: of the
+-- first #dead + 2 entries of the order at most #dead are dead, so they
+-- hold the head (the first live one) and, when others still wait, the one
+-- after it. The dead go in one ZREM per key (per thousand), and no command
+-- that could meet a key this call's own ZREMs deleted runs unguarded.
+local function hand_off(k, now)
   local q, qd = queue_keys(k)
-  local dead = redis.call('ZRANGE', qd, '-inf', '(' .. string.format('%d', now_ms()), 'BYSCORE')
-  local nq, nqd = redis.call('ZCARD', q), redis.call('ZCARD', qd)
-  local first = redis.call('ZRANGE', q, 0, #dead, 'WITHSCORES')
+  local dead = redis.call('ZRANGE', qd, '-inf', '(' .. string.format('%d', now or now_ms()), 'BYSCORE')
+  local first = redis.call('ZRANGE', q, 0, #dead + 1, 'WITHSCORES')
   local is_dead = {}
   for _, w in ipairs(dead) do
     is_dead[w] = true
   end
-  local head, score
+  local head, score, more
   for j = 1, #first, 2 do
     if not is_dead[first[j]] then
+      if head then
+        more = true
+        break
+      end
       head, score = first[j], first[j + 1]
-      break
     end
   end
-  for _, w in ipairs(dead) do
-    nq = nq - redis.call('ZREM', q, w)
-    nqd = nqd - redis.call('ZREM', qd, w)
+  for i = 1, #dead, 1000 do -- unpack's stack limit is about 8,000
+    local j = math.min(i + 999, #dead)
+    -- q may lose its last entry in an earlier chunk (pcall: in a
+    -- migrating slot a missing key is refused); qd holds every dead one
+    -- until the last chunk.
+    redis.pcall('ZREM', q, unpack(dead, i, j))
+    redis.call('ZREM', qd, unpack(dead, i, j))
   end
   if not head then
     redis.call('DEL', k)
-    if nqd > 0 then -- deadlines of waiters no longer in the order
-      redis.call('DEL', qd)
-    end
+    -- Deadlines of waiters no longer in the order, if any are left (the
+    -- ZREM above may have deleted the key: pcall, for a migrating slot).
+    redis.pcall('DEL', qd)
     publish(k, 'r')
     return
   end
-  nq = nq - redis.call('ZREM', q, head)
-  redis.call('ZREM', qd, head)
-  local mark = nq > 0 and '!' or ''
+  redis.call('ZREM', q, head) -- the head is live: q has it
+  redis.pcall('ZREM', qd, head) -- a head without a deadline may find qd gone
+  local mark = more and '!' or ''
   local sp = string.find(head, ' ', 1, true)
   if sp then
     local waiter, inbox = string.sub(head, 1, sp - 1), string.sub(head, sp + 1)

@@ -36,6 +36,7 @@ for i = first, last do
     lost[#lost + 1] = i - first + 1
   end
 end
+local now -- the server's time, read at the first hand-off
 for i = first, last do
   local v = ours[i]
   if v then
@@ -51,7 +52,8 @@ for i = first, last do
     end
     if gone then
       if string.byte(v, -1) == 33 then -- '!'
-        hand_off(keys[i])
+        now = now or now_ms()
+        hand_off(keys[i], now)
       else
         redis.call('DEL', keys[i])
       end

@@ -114,7 +114,7 @@ for i = first, last do
     end
     if ours then
       if string.byte(v, -1) == 33 then -- '!'
-        hand_off(k)
+        hand_off(k, now)
       else
         redis.call('DEL', k)
       end
@@ -124,7 +124,7 @@ for i = first, last do
       -- An older waiter stands in line: the key is its. (A free key
       -- whose queue has waiters: a reservation expired unused, or a
       -- script-free release deleted it.)
-      hand_off(k)
+      hand_off(k, now)
       join(k, redis.call('GET', k))
     else
       local mark = ''

@@ -45,7 +45,7 @@ for i = first, last do
   if st == 1 then
     redis.call('DEL', k)
   elseif st == 2 then
-    hand_off(k)
+    hand_off(k, now)
   elseif st then
     -- rest: the latest expiry of the others (read before the first write:
     -- shared_latest in shared.lua says why).
@@ -53,7 +53,7 @@ for i = first, last do
     if not rest then -- no one else
       redis.call('DEL', h)
       if st.marked then
-        hand_off(k)
+        hand_off(k, now)
       elseif not permits then
         redis.call('DEL', k)
       end

@@ -7,6 +7,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/slotlock/slotlock"
 	"github.com/slotlock/slotlock/slot"
 )
@@ -30,7 +32,7 @@ func keyslotCmd(args []string, stdout, stderr io.Writer) int {
 	nodes := make([]string, len(keys))
 	if !*offline {
 		// Inspect reads the slot map and names each key's master.
-		infos, code := inspect(c, keys, stderr)
+		infos, code := inspectOnce(c, keys, stderr)
 		if infos == nil {
 			return code
 		}
@@ -51,15 +53,26 @@ func keyslotCmd(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// inspect runs Locker.Inspect; on failure it prints why and returns nil
+// inspectOnce runs Locker.Inspect on a client of its own; on failure it prints why and returns nil
 // and the exit code. Keys whose reads failed are reported, and fail the
 // command, after the others are printed (callers print infos first).
-func inspect(c *conn, keys []string, stderr io.Writer) ([]slotlock.KeyInfo, int) {
-	l, closeAll, err := c.locker(slotlock.Options{NoLossTracking: true})
+func inspectOnce(c *conn, keys []string, stderr io.Writer) ([]slotlock.KeyInfo, int) {
+	cl, err := c.client()
 	if err != nil {
 		return nil, fail(stderr, err)
 	}
-	defer closeAll()
+	defer cl.Close()
+	return inspect(c, cl, keys, stderr)
+}
+
+// inspect is inspectOnce on a client the caller keeps (release --force
+// deletes through the same one).
+func inspect(c *conn, cl rueidis.Client, keys []string, stderr io.Writer) ([]slotlock.KeyInfo, int) {
+	l, err := c.lockerOn(cl, slotlock.Options{NoLossTracking: true})
+	if err != nil {
+		return nil, fail(stderr, err)
+	}
+	defer l.Close()
 	ctx, cancel := c.opContext()
 	defer cancel()
 	infos, err := l.Inspect(ctx, keys...)
@@ -129,7 +142,7 @@ func inspectCmd(args []string, stdout, stderr io.Writer) int {
 	if err := checkKeys(keys); err != nil {
 		return fail(stderr, err)
 	}
-	infos, code := inspect(c, keys, stderr)
+	infos, code := inspectOnce(c, keys, stderr)
 	if infos == nil {
 		return code
 	}

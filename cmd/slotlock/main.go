@@ -225,13 +225,23 @@ func (c *conn) locker(opt slotlock.Options) (*slotlock.Locker, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	l, err := c.lockerOn(cl, opt)
+	if err != nil {
+		cl.Close()
+		return nil, nil, err
+	}
+	return l, func() { _ = l.Close(); cl.Close() }, nil
+}
+
+// lockerOn is a Locker with the command's prefix over a client the caller
+// keeps (and closes).
+func (c *conn) lockerOn(cl rueidis.Client, opt slotlock.Options) (*slotlock.Locker, error) {
 	opt.Prefix = c.prefix
 	l, err := slotlock.New(cl, opt)
 	if err != nil {
-		cl.Close()
-		return nil, nil, usagef("%v", err)
+		return nil, usagef("%v", err)
 	}
-	return l, func() { _ = l.Close(); cl.Close() }, nil
+	return l, nil
 }
 
 // checkKeys refuses an empty list or an empty key, naming it.

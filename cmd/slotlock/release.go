@@ -34,7 +34,12 @@ func releaseCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err := checkKeys(keys); err != nil {
 		return fail(stderr, err)
 	}
-	infos, code := inspect(c, keys, stderr)
+	cl, err := c.client()
+	if err != nil {
+		return fail(stderr, err)
+	}
+	defer cl.Close()
+	infos, code := inspect(c, cl, keys, stderr)
 	if infos == nil || code != exitOK {
 		return code
 	}
@@ -57,11 +62,6 @@ func releaseCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 	}
 
-	cl, err := c.client()
-	if err != nil {
-		return fail(stderr, err)
-	}
-	defer cl.Close()
 	names, err := slot.NewNamer(c.prefix)
 	if err != nil {
 		return fail(stderr, usagef("--prefix: %v", err))

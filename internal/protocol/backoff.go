@@ -30,7 +30,14 @@ const (
 // doubling to MaxWait, half of it random so that waiters do not retry in
 // lockstep. Callers cap it by the holder's remaining TTL.
 func WaitBackoff(attempt int) time.Duration {
-	d := min(MaxWait, MinWait<<min(attempt, 10))
+	return Jittered(attempt, MinWait, MaxWait)
+}
+
+// Jittered is the attempt-th pause of a curve that doubles from first to
+// most, half of it random so that callers that met once do not meet again
+// in lockstep.
+func Jittered(attempt int, first, most time.Duration) time.Duration {
+	d := min(most, first<<min(attempt, 10))
 	return d/2 + rand.N(d/2+1)
 }
 
