@@ -29,7 +29,7 @@ import (
 func TestMigratingSlotLastReader(t *testing.T) {
 	c := redistest.StartForTest(t, redistest.Options{}) // one cluster, the cases in turn
 	for _, m := range []struct {
-		name            string
+		name                   string
 		perSlot, writer, ghost bool
 	}{
 		{"per-node", false, false, false}, {"per-node-writer", false, true, false}, {"per-node-dead-waiter", false, false, true},
