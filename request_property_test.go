@@ -290,20 +290,12 @@ func TestRequestResharding(t *testing.T) {
 			for role, n := range grants {
 				require.Greater(t, n, 5, "role %d hardly ever got in", role)
 			}
-			// Every hold is gone. Known gap (docs/safety.md): in about one
-			// run of ten, a shared lock value (~ or ~!) outlives its
-			// holders under resharding, with no holders set beside it;
-			// it keeps writers out until its TTL, never lets two in.
-			for k, hs := range e.holdsOf(ctx) {
-				if slices.Equal(hs, []string{""}) {
-					pttl, err := e.client.Do(ctx, e.client.B().Pttl().Key(k).Build()).AsInt64()
-					require.NoError(t, err)
-					require.LessOrEqual(t, pttl, int64(30_000), "%q outlives the TTL", k)
-					t.Logf("a shared lock value without holders left at %q, %d ms to live", k, pttl)
-					continue
-				}
-				t.Errorf("left held at the end: %q by %q", k, hs)
-			}
+			// Every hold is gone. A shared lock value once outlived its
+			// holders here in about one run of ten (fixed: a release wrote,
+			// then failed on a key of the migrating slot that its own
+			// writes had deleted; TestMigratingSlotLastReader in
+			// cluster_test).
+			require.Empty(t, e.holdsOf(ctx), "left held at the end")
 		})
 	}
 }

@@ -307,6 +307,22 @@ func TestRequestRenewedAndLost(t *testing.T) {
 	pttl, err := e.client.Do(ctx, e.client.B().Pttl().Key(s1).Build()).AsInt64()
 	require.NoError(t, err)
 	require.LessOrEqual(t, pttl, int64(300))
+
+	// A reader joining such a key (several holders' form, its set gone)
+	// makes the set again, with a TTL (shared_cover in shared.lua reads
+	// the set's expiry for this case), and its release leaves nothing.
+	s3, h3 := names.LockKey("s3"), names.SharedKeyInSlot("s3", slot.KeySlot("s3"))
+	require.NoError(t, e.client.Do(ctx, e.client.B().Set().Key(s3).Value("~").Px(10*time.Second).Build()).Error())
+	late, err := l.Acquire(ctx, slotlock.Request{Shared: []string{"s3"}, TTL: 300 * time.Millisecond})
+	require.NoError(t, err)
+	pttl, err = e.client.Do(ctx, e.client.B().Pttl().Key(h3).Build()).AsInt64()
+	require.NoError(t, err)
+	require.True(t, pttl > 0 && pttl <= 300, "the holders set made again: PTTL %d", pttl)
+	require.NoError(t, late.Release(ctx))
+	require.NotContains(t, e.lockKeys(), s3)
+	n, err := e.client.Do(ctx, e.client.B().Exists().Key(h3).Build()).AsInt64()
+	require.NoError(t, err)
+	require.Zero(t, n, "the holders set is gone")
 }
 
 // TestRequestReentrantOwner: leases of one owner are separate shared

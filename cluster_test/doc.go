@@ -4,8 +4,10 @@
 //
 // Each scenario starts a private 3+3 cluster (internal/redistest), so a fault
 // never leaks into the next one. Every grant and every end of a lease is
-// stamped on one monotonic clock and checked per key with porcupine: no two
-// holds of a key overlap, fencing tokens grow in grant order. A scenario
+// stamped on one monotonic clock and checked per key and per permit
+// resource with porcupine: no exclusive hold of a key overlaps another hold
+// of it (shared holds may overlap each other), no resource has more units
+// held than its limit, fencing tokens grow in grant order. A scenario
 // prints one "chaos report" line: grants, faults, violations, and the windows
 // it measured where slotlock claims no safety.
 //

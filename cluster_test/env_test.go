@@ -3,6 +3,7 @@ package clustertest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/slotlock/slotlock"
+	"github.com/slotlock/slotlock/internal/lockval"
 	"github.com/slotlock/slotlock/internal/redistest"
 	"github.com/slotlock/slotlock/slot"
 )
@@ -54,7 +56,14 @@ func (e *env) isAbandoned(token string) bool {
 // newEnv starts a private 3+3 cluster for t, bounded by limit.
 func newEnv(t *testing.T, limit time.Duration) *env {
 	t.Helper()
-	c := redistest.StartForTest(t, redistest.Options{})
+	return newEnvOn(t, redistest.StartForTest(t, redistest.Options{}), limit)
+}
+
+// newEnvOn is newEnv on a cluster several tests share in turn (each its
+// own prefix), for regression tests that inject no fault a later one could
+// meet.
+func newEnvOn(t *testing.T, c *redistest.Cluster, limit time.Duration) *env {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	t.Cleanup(cancel)
 	r := strings.NewReplacer("/", ":", "{", "(", "}", ")", " ", "_")
@@ -95,9 +104,12 @@ func (e *env) locker(client rueidis.Client, opt slotlock.Options) *slotlock.Lock
 // lockState is one lock key found on a master.
 type lockKey struct {
 	Node   string
-	Holder string // the token part of the value
+	Holder string // the token part of the value ("" for a holders set or permit hash)
 	Value  string
-	PTTL   time.Duration
+	// Holders are the tokens that hold the key: Holder, a shared key's one
+	// holder, or the members of a holders set or permit hash.
+	Holders []string
+	PTTL    time.Duration
 }
 
 // lockKeys reads every lock key of the scenario's prefix on every master of
@@ -123,18 +135,13 @@ func (e *env) lockKeys(ctx context.Context) (map[string]lockKey, error) {
 				return nil, err
 			}
 			for _, k := range keys {
-				if _, ok := e.names.UserKey(k); !ok {
-					continue // a fencing counter or a hold set
-				}
-				v, err := m.Do(ctx, "GET", k).ToString()
-				if rueidis.IsRedisNil(err) {
-					continue // expired since SCAN
-				}
+				lk, ok, err := e.heldKey(ctx, m, k)
 				if err != nil {
-					return nil, fmt.Errorf("GET %s on %s: %w", k, m.Addr(), err)
+					return nil, err
 				}
-				pttl, _ := m.Do(ctx, "PTTL", k).AsInt64()
-				out[k] = lockKey{Node: m.Addr(), Holder: holderOf(v), Value: v, PTTL: time.Duration(pttl) * time.Millisecond}
+				if ok {
+					out[k] = lk
+				}
 			}
 			if cursor == "0" {
 				break
@@ -144,12 +151,57 @@ func (e *env) lockKeys(ctx context.Context) (map[string]lockKey, error) {
 	return out, nil
 }
 
-// holderOf is the token part of a lock value: holder ['.' fence] ['!'].
-func holderOf(v string) string {
-	if i := strings.IndexAny(v, ".!"); i >= 0 {
-		return v[:i]
+// heldKey reads key k of m when it holds something: a lock key (exclusive
+// or shared), a shared key's holders set (P{T}#s:K) or a permit hash
+// (P{T}#p:R), the storage of docs/design.md. Fencing counters, hold
+// counts, lines and inboxes are not holds: ok is false for them, and for a
+// key that expired since the listing.
+func (e *env) heldKey(ctx context.Context, m *redistest.Node, k string) (lk lockKey, ok bool, err error) {
+	lk.Node = m.Addr()
+	_, lock := e.names.UserKey(k)
+	switch {
+	case lock:
+		v, err := m.Do(ctx, "GET", k).ToString()
+		if rueidis.IsRedisNil(err) {
+			return lk, false, nil
+		}
+		if err != nil {
+			return lk, false, fmt.Errorf("GET %s on %s: %w", k, m.Addr(), err)
+		}
+		lk.Value, lk.Holder = v, lockval.Parse(v).Holder
+		if lk.Holder != "" {
+			lk.Holders = []string{lk.Holder}
+		}
+	case strings.Contains(k, "}#s:"):
+		lk.Holders, err = m.Do(ctx, "ZRANGE", k, "0", "-1").AsStrSlice()
+		lk.Value = "holders set"
+	case strings.Contains(k, "}#p:"):
+		lk.Holders, err = m.Do(ctx, "HKEYS", k).AsStrSlice()
+		lk.Holders = slices.DeleteFunc(lk.Holders, func(f string) bool { return strings.HasPrefix(f, "#") }) // the limit
+		lk.Value = "permit hash"
+	default:
+		return lk, false, nil
 	}
-	return v
+	if err != nil {
+		return lk, false, fmt.Errorf("reading %s on %s: %w", k, m.Addr(), err)
+	}
+	if !lock && len(lk.Holders) == 0 {
+		return lk, false, nil // expired since the listing
+	}
+	pttl, _ := m.Do(ctx, "PTTL", k).AsInt64()
+	lk.PTTL = time.Duration(pttl) * time.Millisecond
+	return lk, true, nil
+}
+
+// abandonedHold reports whether every holder of lk is a lease whose
+// Release ran out of time.
+func (e *env) abandonedHold(lk lockKey) bool {
+	for _, h := range lk.Holders {
+		if !e.isAbandoned(h) {
+			return false
+		}
+	}
+	return len(lk.Holders) > 0
 }
 
 // keySpace returns n keys to lock: plain keys spread over all masters, and
@@ -220,7 +272,7 @@ func (e *env) requireUnlocked(within time.Duration) map[string]lockKey {
 			// A lease whose Release ran out of time: its keys may stay
 			// until their TTL runs out, not beyond (they once stayed for
 			// ever, renewed by the watchdog: bug 9).
-			if e.isAbandoned(v.Holder) {
+			if e.abandonedHold(v) {
 				if v.PTTL <= 0 {
 					e.t.Errorf("%s, of a lease whose Release timed out, has no expiry (pttl %v)", k, v.PTTL)
 					continue
@@ -240,7 +292,7 @@ func (e *env) requireUnlocked(within time.Duration) map[string]lockKey {
 				if n++; n > 10 {
 					break
 				}
-				e.t.Logf("left locked: %s on %s by %s (pttl %v)", k, v.Node, v.Holder, v.PTTL)
+				e.t.Logf("left locked: %s (%s) on %s by %q (pttl %v)", k, v.Value, v.Node, v.Holders, v.PTTL)
 			}
 			e.t.Errorf("%d lock keys left locked after %v", len(left), within)
 			return left
@@ -282,5 +334,24 @@ func (e *env) startMigration(key string) (src, dst *redistest.Node, s string) {
 	if err := src.Do(e.ctx, "CLUSTER", "SETSLOT", s, "MIGRATING", dst.ID()).Error(); err != nil {
 		e.t.Fatal(err)
 	}
+	// Called off in any case, for the next test on a shared cluster.
+	e.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, n := range []*redistest.Node{dst, src} {
+			_ = n.Do(ctx, "CLUSTER", "SETSLOT", s, "STABLE").Error()
+		}
+	})
 	return src, dst, s
+}
+
+// callOffMigration ends startMigration's half-done migration: the slot
+// stays with src.
+func (e *env) callOffMigration(src, dst *redistest.Node, s string) {
+	e.t.Helper()
+	for _, n := range []*redistest.Node{dst, src} {
+		if err := n.Do(e.ctx, "CLUSTER", "SETSLOT", s, "STABLE").Error(); err != nil {
+			e.t.Fatal(err)
+		}
+	}
 }

@@ -61,11 +61,12 @@ func runFailover(t *testing.T, minReplicas int) {
 			name:     name,
 			opt:      slotlock.Options{TTL: ttl, Renew: renew, Fencing: true, MinReplicas: minReplicas, ReplicaTimeout: 500 * time.Millisecond},
 			space:    space,
-			workers:  3,
+			workers:  4,
 			maxBatch: 6,
 			attempt:  2 * time.Second,
 			holdMax:  100 * time.Millisecond,
 			seed:     uint64(10 + i),
+			requests: true,
 		}
 		w.start()
 		loads = append(loads, w)
@@ -153,6 +154,9 @@ func runFailover(t *testing.T, minReplicas int) {
 	for _, x := range v.Inversions {
 		byKind["token_inversions_after_"+blame(faultLog, x.Next.Granted, 9*time.Second)]++
 	}
+	for _, x := range v.Excesses {
+		byKind["over_limit_after_"+blame(faultLog, x.At, 9*time.Second)]++
+	}
 	for _, o := range v.Overlaps {
 		windows = append(windows, o.Window)
 		if !o.A.Renews {
@@ -166,11 +170,13 @@ func runFailover(t *testing.T, minReplicas int) {
 	e.rep.set("double_grants_of_non_renewing", exposedNoRenew)
 	e.rep.set("double_grant_window", windows.String())
 	e.rep.set("token_inversions", len(v.Inversions))
+	e.rep.set("grants_over_a_permit_limit", len(v.Excesses))
 	e.rep.set("fencing_violations", len(fv.Violations))
 	e.rep.set("stale_grants_of_deposed_masters", len(fv.Stale))
 	for _, kind := range []string{"kill", "freeze", "no-fault"} {
 		e.rep.set("double_grants_after_"+kind, byKind["double_grants_after_"+kind])
 		e.rep.set("token_inversions_after_"+kind, byKind["token_inversions_after_"+kind])
+		e.rep.set("over_limit_after_"+kind, byKind["over_limit_after_"+kind])
 	}
 	e.rep.set("undecided_keys", len(v.Unknown))
 	e.rep.print()
@@ -183,9 +189,9 @@ func runFailover(t *testing.T, minReplicas int) {
 	if v.Open > 0 || len(v.Unknown) > 0 {
 		t.Errorf("history incomplete: %d open holds, %d undecided keys", v.Open, len(v.Unknown))
 	}
-	if minReplicas > 0 && (len(v.Overlaps) > 0 || len(v.Inversions) > 0 || v.Violations() > 0) {
-		t.Errorf("with MinReplicas: 1 and one replica per master: %d double grants (%d of leases that never renewed), %d token inversions, %d keys not linearizable",
-			len(v.Overlaps), exposedNoRenew, len(v.Inversions), v.Violations())
+	if minReplicas > 0 && (len(v.Overlaps) > 0 || len(v.Inversions) > 0 || len(v.Excesses) > 0 || v.Violations() > 0) {
+		t.Errorf("with MinReplicas: 1 and one replica per master: %d double grants (%d of leases that never renewed), %d token inversions, %d grants over a permit limit, %d keys and resources not linearizable",
+			len(v.Overlaps), exposedNoRenew, len(v.Inversions), len(v.Excesses), v.Violations())
 	}
 	// Keys of grants whose reply was lost may stay locked until their TTL.
 	e.requireUnlocked(10 * time.Second)

@@ -50,6 +50,7 @@ func TestMasterPaused(t *testing.T) {
 		holdMax:  150 * time.Millisecond,
 		store:    store,
 		seed:     3,
+		requests: true,
 	}
 	w.start()
 

@@ -56,6 +56,7 @@ func TestReshardingUnderLoad(t *testing.T) {
 				attempt:  3 * time.Second,
 				holdMax:  20 * time.Millisecond,
 				seed:     7,
+				requests: true,
 			}
 			w.start()
 			masters, err := e.c.Masters(e.ctx)
@@ -112,11 +113,16 @@ func TestReshardingUnderLoad(t *testing.T) {
 			// few grants, and keys that rollbacks could not reach.
 			// With MinReplicas every grant waits for a replica, and a
 			// redirection is not followed (a fresh slot map and a new
-			// attempt instead): a quarter of that, still far above the
-			// bug's handful.
-			min := moves
+			// attempt instead).
+			// Requests (every other worker) wait in Redis's lines and poll
+			// for permits, never in the local queue: measured 443-701
+			// grants for 804-1,166 moves (1,239 for 715 without them).
+			// A quarter of the moves, still far above the bug's handful.
+			// Replicated: 296 grants for ~1,150 moves without requests,
+			// 182 with them (14 attempts timed out, 4 without): an eighth.
+			min := moves / 4
 			if m.replicas > 0 {
-				min = moves / 4
+				min = moves / 8
 			}
 			if g := e.hist.grants(); g < min {
 				t.Errorf("only %d grants across %d moves", g, moves)

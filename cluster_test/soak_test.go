@@ -103,7 +103,7 @@ func TestSoak(t *testing.T) {
 		}
 		e.hist = newHistory(e.tl) // one history per round: memory stays flat
 		w := &workload{e: e, name: kind, opt: opt, space: space, maxBatch: 4, attempt: 2 * time.Second,
-			holdMax: 2 * time.Millisecond, seed: uint64(round)}
+			holdMax: 2 * time.Millisecond, seed: uint64(round), requests: true}
 		w.startWith(lockers)
 		t0 := time.Now()
 		st.events += e.soakFault(kind, r, space, ttl, t0.Add(soakRound))

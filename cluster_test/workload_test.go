@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,12 @@ type workload struct {
 	holdMax time.Duration
 	store   *fencedStore
 	seed    uint64
+	// requests makes every other worker take Locker.Acquire requests
+	// instead of Lock and TryLock: shared keys, sometimes an exclusive one
+	// beside them, and sometimes permits of one of permitSpace's
+	// resources (limit permitLimit), so that the history checks readers
+	// against writers and the permit limit under the scenario's faults.
+	requests bool
 
 	wg      sync.WaitGroup
 	stop    chan struct{}
@@ -44,6 +51,7 @@ type workload struct {
 type workStats struct {
 	attempts, grants, conflicts, timeouts, replicas, others atomic.Int64
 	lost, releaseErrs                                       atomic.Int64
+	requests                                                atomic.Int64 // grants of Locker.Acquire
 }
 
 // start launches the workers; stopAndWait ends them.
@@ -97,6 +105,7 @@ func (w *workload) run(id int, l *slotlock.Locker) {
 	defer w.wg.Done()
 	owner := fmt.Sprintf("%s/w%d", w.name, id)
 	r := rand.New(rand.NewPCG(w.seed, uint64(id)))
+	requests := w.requests && id%2 == 1
 	for !w.stopped() {
 		keys := make([]string, 1+r.IntN(w.maxBatch))
 		for i := range keys {
@@ -105,10 +114,15 @@ func (w *workload) run(id int, l *slotlock.Locker) {
 		ctx, cancel := context.WithTimeout(w.e.ctx, w.attempt)
 		var lease *slotlock.Lease
 		var err error
+		var req slotlock.Request
 		w.stats.attempts.Add(1)
-		if r.IntN(3) == 0 {
+		switch {
+		case requests:
+			req = w.request(keys, r)
+			lease, err = l.Acquire(ctx, req)
+		case r.IntN(3) == 0:
 			lease, err = l.TryLock(ctx, keys...)
-		} else {
+		default:
 			lease, err = l.Lock(ctx, keys...)
 		}
 		cancel()
@@ -117,10 +131,41 @@ func (w *workload) run(id int, l *slotlock.Locker) {
 			continue
 		}
 		w.stats.grants.Add(1)
-		g := w.e.hist.granted(owner, lease, w.opt.TTL)
+		var g *hold
+		if requests {
+			w.stats.requests.Add(1)
+			g = w.e.hist.grantedRequest(owner, lease, req, w.opt.TTL)
+		} else {
+			g = w.e.hist.granted(owner, lease, w.opt.TTL)
+		}
 		g.Renews = w.opt.Renew == slotlock.RenewAlways
 		w.hold(lease, g, r)
 	}
+}
+
+// permitSpace are the workloads' counted resources: few, so that takers
+// meet at the limit, and spread over the masters by their names' slots.
+var permitSpace = []string{"pool:0", "pool:1", "pool:2", "pool:3"}
+
+const permitLimit = 2
+
+// request turns a batch of random keys into a Locker.Acquire request: the
+// keys shared, one of them exclusive in a third of the requests, permits
+// of one resource in half of them, and the wait of Lock or TryLock.
+func (w *workload) request(keys []string, r *rand.Rand) slotlock.Request {
+	slices.Sort(keys)
+	keys = slices.Compact(keys) // a key both shared and exclusive is refused
+	req := slotlock.Request{Shared: keys, Wait: slotlock.WaitForever}
+	if r.IntN(3) == 0 {
+		req.Exclusive, req.Shared = keys[:1], keys[1:]
+	}
+	if r.IntN(2) == 0 {
+		req.Permits = []slotlock.Permit{{Resource: permitSpace[r.IntN(len(permitSpace))], Units: 1 + r.Int64N(2), Limit: permitLimit}}
+	}
+	if r.IntN(3) == 0 {
+		req.Wait = 0
+	}
+	return req
 }
 
 // hold is the critical section: write each key through the store (if any)
@@ -206,6 +251,9 @@ func short(err error) string {
 func (w *workload) record(rep *report) {
 	rep.add("attempts", int(w.stats.attempts.Load()))
 	rep.add("grants", int(w.stats.grants.Load()))
+	if w.requests {
+		rep.add("request_grants", int(w.stats.requests.Load()))
+	}
 	rep.add("conflicts", int(w.stats.conflicts.Load()))
 	rep.add("timeouts", int(w.stats.timeouts.Load()))
 	rep.add("replica_errors", int(w.stats.replicas.Load()))

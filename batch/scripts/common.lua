@@ -179,11 +179,16 @@ end
 
 -- leave_queue takes waiter out of lock key k's queue and returns whether
 -- others remain. The caller has read the queue keys before its first write.
+-- It counts before it removes: a ZREM of the last entry deletes the queue,
+-- and in a slot MIGRATING away Redis refuses any later command on the then
+-- missing key ("non local key"), failing the call after its writes
+-- (TestMigratingSlotLastReader).
 local function leave_queue(k, waiter)
   local q, qd = queue_keys(k)
-  redis.call('ZREM', q, waiter)
+  local n = redis.call('ZCARD', q)
+  n = n - redis.call('ZREM', q, waiter)
   redis.call('ZREM', qd, waiter)
-  return redis.call('ZCARD', q) > 0
+  return n > 0
 end
 
 -- drop_dead removes the entries of lock key k's queue whose deadline
@@ -207,30 +212,59 @@ end
 -- inbox; a waiter in line (its entry is its token) on the key's channel.
 -- now is the server's time in ms (now_ms), read once by a caller that
 -- hands off several keys; nil reads it here.
+--
+-- It reads the line before it writes it, for leave_queue's reason: of the
+-- first #dead + 2 entries of the order at most #dead are dead, so they
+-- hold the head (the first live one) and, when others still wait, the one
+-- after it. The dead go in one ZREM per key (per thousand), and no command
+-- that could meet a key this call's own ZREMs deleted runs unguarded.
 local function hand_off(k, now)
   local q, qd = queue_keys(k)
-  drop_dead(k, now or now_ms())
-  -- The head and the one after it: after drop_dead every entry is live,
-  -- so a second entry is what says others still wait (no ZCARD).
-  local head = redis.call('ZRANGE', q, 0, 1, 'WITHSCORES')
-  if #head == 0 then
-    redis.call('DEL', k, q, qd)
+  local dead = redis.call('ZRANGE', qd, '-inf', '(' .. string.format('%d', now or now_ms()), 'BYSCORE')
+  local first = redis.call('ZRANGE', q, 0, #dead + 1, 'WITHSCORES')
+  local is_dead = {}
+  for _, w in ipairs(dead) do
+    is_dead[w] = true
+  end
+  local head, score, more
+  for j = 1, #first, 2 do
+    if not is_dead[first[j]] then
+      if head then
+        more = true
+        break
+      end
+      head, score = first[j], first[j + 1]
+    end
+  end
+  for i = 1, #dead, 1000 do -- unpack's stack limit is about 8,000
+    local j = math.min(i + 999, #dead)
+    -- q may lose its last entry in an earlier chunk (pcall: in a
+    -- migrating slot a missing key is refused); qd holds every dead one
+    -- until the last chunk.
+    redis.pcall('ZREM', q, unpack(dead, i, j))
+    redis.call('ZREM', qd, unpack(dead, i, j))
+  end
+  if not head then
+    redis.call('DEL', k)
+    -- Deadlines of waiters no longer in the order, if any are left (the
+    -- ZREM above may have deleted the key: pcall, for a migrating slot).
+    redis.pcall('DEL', qd)
     publish(k, 'r')
     return
   end
-  redis.call('ZREM', q, head[1])
-  redis.call('ZREM', qd, head[1])
-  local mark = #head > 2 and '!' or ''
-  local sp = string.find(head[1], ' ', 1, true)
+  redis.call('ZREM', q, head) -- the head is live: q has it
+  redis.pcall('ZREM', qd, head) -- a head without a deadline may find qd gone
+  local mark = more and '!' or ''
+  local sp = string.find(head, ' ', 1, true)
   if sp then
-    local waiter, inbox = string.sub(head[1], 1, sp - 1), string.sub(head[1], sp + 1)
-    redis.call('SET', k, '^' .. string.format('%d', tonumber(head[2])) .. ':' .. waiter .. ':' .. inbox .. mark,
+    local waiter, inbox = string.sub(head, 1, sp - 1), string.sub(head, sp + 1)
+    redis.call('SET', k, '^' .. string.format('%d', tonumber(score)) .. ':' .. waiter .. ':' .. inbox .. mark,
       'PX', RESERVE_MS)
     publish(inbox, 'h ' .. k .. ' ' .. waiter) -- lockval.HandOff
     return
   end
-  redis.call('SET', k, '^' .. head[1] .. mark, 'PX', RESERVE_MS)
-  publish(k, 'h ' .. head[1]) -- lockval.HandOff
+  redis.call('SET', k, '^' .. head .. mark, 'PX', RESERVE_MS)
+  publish(k, 'h ' .. head) -- lockval.HandOff
 end
 
 -- take_free is the acquire scripts' fast path: it takes keys[first..last]

@@ -129,11 +129,19 @@ local function shared_holders(k, v, me, now)
   return {mine = exp > now, exp = exp}
 end
 
--- shared_latest returns the latest live expiry in holders set s (expired
--- members, crashed holders', stay until the set goes or a renewal prunes
--- them: they count for nothing), nil when there is none. O(log n).
-local function shared_latest(s, now)
-  local last = redis.call('ZRANGE', s, '+inf', '(' .. string.format('%d', now), 'BYSCORE', 'REV', 'LIMIT', 0, 1, 'WITHSCORES')
+-- shared_latest returns the latest live expiry in holders set s of a
+-- holder other than me (expired members, crashed holders', stay until the
+-- set goes or a renewal prunes them: they count for nothing), nil when
+-- there is none. O(log n). A release reads it before it writes: its ZREM
+-- of the last member deletes the set, and in a slot MIGRATING away Redis
+-- refuses any later command on the then missing set ("non local key"),
+-- failing the call after its writes (the lock value then outlived its
+-- holders: TestMigratingSlotLastReader).
+local function shared_latest(s, now, me)
+  local last = redis.call('ZRANGE', s, '+inf', '(' .. string.format('%d', now), 'BYSCORE', 'REV', 'LIMIT', 0, 2, 'WITHSCORES')
+  if last[1] == me then
+    return last[4] and tonumber(last[4])
+  end
   return last[2] and tonumber(last[2])
 end
 
@@ -145,6 +153,24 @@ local function later_expiry(k, ttl)
   if redis.call('PEXPIRE', k, ttl, 'GT') == 0 and redis.call('PTTL', k) == -1 then
     redis.call('PEXPIRE', k, ttl)
   end
+end
+
+-- shared_cover makes shared key k and its holders set s live at least
+-- until at (ms, server time), and never shortens either. In one reader's
+-- join it costs two calls where later_expiry on both cost two when the
+-- expiry moves and four when it does not (PEXPIRE GT answers 0 both for a
+-- later expiry and for none, and then needs a PTTL): under a stream of
+-- readers most joins fall in a millisecond another reader's join already
+-- covered. The set is read, for the one case where it has no expiry (just
+-- created beside a lock key whose set an operator deleted); the lock key
+-- always has one (every script writes it with PX or KEEPTTL), so PEXPIREAT
+-- GT alone keeps it.
+local function shared_cover(k, s, at)
+  local a = string.format('%d', at)
+  if redis.call('PEXPIRETIME', s) < at then -- earlier, or none (-1)
+    redis.call('PEXPIREAT', s, a)
+  end
+  redis.call('PEXPIREAT', k, a, 'GT')
 end
 
 -- my_shared_hold says how me holds shared lock key k: 1 as its one

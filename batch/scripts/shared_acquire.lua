@@ -129,8 +129,7 @@ for i = first, stop - 1 do
         redis.call('PEXPIRE', s, math.max(left, ttl))
       end
       redis.call('ZADD', s, exp, me)
-      later_expiry(s, ttl)
-      later_expiry(k, ttl)
+      shared_cover(k, s, now + ttl)
     end
     if handed[i] and more then
       -- Readers behind us in the line may join us now (those behind a

@@ -32,6 +32,9 @@ for i = first, last do
   if st == 2 or (type(st) == 'table' and st.marked) then
     read_queue(k) -- before the first write
   end
+  if type(st) == 'table' and not permits then
+    st.last = shared_latest(shared_key(k), now, me) -- before the first write
+  end
   state[i] = st
   if not st then
     lost[#lost + 1] = i - first + 1
@@ -44,16 +47,9 @@ for i = first, last do
   elseif st == 2 then
     hand_off(k, now)
   elseif st then
-    local rest
-    if permits then
-      st.dead[#st.dead + 1] = me
-      prune(k, st.dead)
-      rest = st.last
-    else
-      redis.call('ZREM', shared_key(k), me)
-      rest = shared_latest(shared_key(k), now)
-    end
-    local h = permits and k or shared_key(k)
+    -- rest: the latest expiry of the others (read before the first write:
+    -- shared_latest in shared.lua says why).
+    local rest, h = st.last, permits and k or shared_key(k)
     if not rest then -- no one else
       redis.call('DEL', h)
       if st.marked then
@@ -61,12 +57,20 @@ for i = first, last do
       elseif not permits then
         redis.call('DEL', k)
       end
-    elseif permits or rest < st.exp then
-      -- Ours was the latest expiry: bring the keys down to the latest
-      -- remaining one (a later one than ours needs no change).
-      redis.call('PEXPIRE', h, rest - now)
-      if not permits then
-        redis.call('PEXPIRE', k, rest - now)
+    else
+      if permits then
+        st.dead[#st.dead + 1] = me
+        prune(k, st.dead)
+      else
+        redis.call('ZREM', h, me)
+      end
+      if permits or rest < st.exp then
+        -- Ours was the latest expiry: bring the keys down to the latest
+        -- remaining one (a later one than ours needs no change).
+        redis.call('PEXPIRE', h, rest - now)
+        if not permits then
+          redis.call('PEXPIRE', k, rest - now)
+        end
       end
     end
   end
