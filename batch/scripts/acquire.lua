@@ -14,7 +14,9 @@
 --         fast path, and each key it takes it also leaves the queue of,
 --         or 'c' (confirm) as 'a' for an acquisition that waited by
 --         reservation (reserve.lua): no fast path, keys reserved for it
---         count as free, and it leaves the queues of the keys it takes;
+--         count as free and keep their mark, and of a free key (a lapsed
+--         reservation) it reads the queue to mark the grant when others
+--         wait;
 --         followed by 'f' when grants take fencing tokens
 -- ARGV[5..] the lock keys in canonical order (slot, then bytes), when the
 --         call covers a whole node (KEYS[1] then only routes the call).
@@ -101,7 +103,13 @@ for i = first, last do
     -- release; a key handed to a waiter in line ('v') and marked has
     -- others in line. Read the queue now, leave it when writing, and mark
     -- the grant when others remain. (A key reserved for us and unmarked
-    -- has no queue: I-mark.)
+    -- has no queue: I-mark.) In mode 'c' the ZREM of leave_queue names
+    -- the bare token, which is not a waiter by reservation's entry
+    -- ('token inbox'): an entry of its own still in the line (a late
+    -- hand-off message after it joined again) marks the grant, and a
+    -- release then hands the key to that stale entry, which costs a
+    -- reservation's life (500 ms) per hand-off until the entry's
+    -- deadline (3 s); liveness only (docs/safety.md).
     handed[i] = read_queue(keys[i])
   end
   if v and v ~= holder and holder_of(v) ~= holder then
