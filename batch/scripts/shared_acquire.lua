@@ -71,6 +71,14 @@ for i = first, last do
     elseif v then
       local tok = string.sub(holder_of(v), 2) -- the one holder, or '' (set form)
       hold[i] = {inline = tok ~= '' and tok or nil, mine = tok == me}
+      if tok ~= me then
+        -- The write phase will ZADD to the holders set: read it now. In a
+        -- slot MIGRATING away a set missing here fails the call on the
+        -- command that touches it ("non local key") and Redis keeps what
+        -- was written before: this read makes that refusal come before
+        -- any write.
+        redis.call('EXISTS', shared_key(k))
+      end
     end
     vals[i] = v or false
   else
