@@ -28,49 +28,12 @@ func TestSharedAcquireMigratingSetRefusedFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Two keys of different slots on one master.
-	keyA, keyB := "a0", ""
-	src, err := c.NodeForSlot(ctx, slot.KeySlot(names.LockKey(keyA)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; keyB == ""; i++ {
-		k := fmt.Sprintf("b%d", i)
-		if slot.KeySlot(names.LockKey(k)) == slot.KeySlot(names.LockKey(keyA)) {
-			continue
-		}
-		n, err := c.NodeForSlot(ctx, slot.KeySlot(names.LockKey(k)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n.ID() == src.ID() {
-			keyB = k
-		}
-	}
+	p := newMigratingPair(ctx, t, c, names)
+	src, keyA, keyB, sB := p.src, p.keyA, p.keyB, p.sB
 	lockA, lockB := names.LockKey(keyA), names.LockKey(keyB)
 	setA := names.SharedKeyInSlot(keyA, slot.KeySlot(keyA))
 	setB := names.SharedKeyInSlot(keyB, slot.KeySlot(keyB))
-	sB := fmt.Sprint(slot.KeySlot(lockB))
-	masters, err := c.Masters(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dst *redistest.Node
-	for _, m := range masters {
-		if m.ID() != src.ID() {
-			dst = m
-			break
-		}
-	}
-	if dst == nil {
-		t.Fatal("one master only")
-	}
-	stable := func() {
-		for _, n := range []*redistest.Node{dst, src} {
-			_ = n.Do(context.Background(), "CLUSTER", "SETSLOT", sB, "STABLE").Error()
-		}
-	}
-	t.Cleanup(stable)
+	stable := p.stable
 
 	for _, tc := range []struct{ name, b string }{
 		{"set-form", "~"},           // the holders set moved away, the lock key not yet
@@ -82,12 +45,7 @@ func TestSharedAcquireMigratingSetRefusedFirst(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if err := dst.Do(ctx, "CLUSTER", "SETSLOT", sB, "IMPORTING", src.ID()).Error(); err != nil {
-				t.Fatal(err)
-			}
-			if err := src.Do(ctx, "CLUSTER", "SETSLOT", sB, "MIGRATING", dst.ID()).Error(); err != nil {
-				t.Fatal(err)
-			}
+			p.migrate(ctx, t)
 			args := []string{"EVAL", sharedAcquireScript.nodeText, "1", lockA,
 				"me", "", "10000", "a", "s", lockA, lockB}
 			res, rerr := src.Do(ctx, args...).ToAny()
@@ -107,6 +65,130 @@ func TestSharedAcquireMigratingSetRefusedFirst(t *testing.T) {
 			}
 			for _, k := range []string{lockA, setA, lockB, setB} {
 				_ = src.Do(ctx, "DEL", k).Error()
+			}
+		})
+	}
+}
+
+// migratingPair is two keys of different slots on one master (src), and
+// another master (dst) to which keyB's slot sB may migrate.
+type migratingPair struct {
+	src, dst   *redistest.Node
+	keyA, keyB string
+	sB         string
+}
+
+func newMigratingPair(ctx context.Context, t *testing.T, c *redistest.Cluster, names slot.Namer) *migratingPair {
+	t.Helper()
+	p := &migratingPair{keyA: "a0"}
+	sA := slot.KeySlot(names.LockKey(p.keyA))
+	var err error
+	if p.src, err = c.NodeForSlot(ctx, sA); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; p.keyB == ""; i++ {
+		k := fmt.Sprintf("b%d", i)
+		if slot.KeySlot(names.LockKey(k)) == sA {
+			continue
+		}
+		n, err := c.NodeForSlot(ctx, slot.KeySlot(names.LockKey(k)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.ID() == p.src.ID() {
+			p.keyB = k
+		}
+	}
+	p.sB = fmt.Sprint(slot.KeySlot(names.LockKey(p.keyB)))
+	masters, err := c.Masters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range masters {
+		if m.ID() != p.src.ID() {
+			p.dst = m
+			break
+		}
+	}
+	if p.dst == nil {
+		t.Fatal("one master only")
+	}
+	t.Cleanup(p.stable)
+	return p
+}
+
+// migrate sets sB MIGRATING on src, IMPORTING on dst; nothing is moved.
+func (p *migratingPair) migrate(ctx context.Context, t *testing.T) {
+	t.Helper()
+	if err := p.dst.Do(ctx, "CLUSTER", "SETSLOT", p.sB, "IMPORTING", p.src.ID()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.src.Do(ctx, "CLUSTER", "SETSLOT", p.sB, "MIGRATING", p.dst.ID()).Error(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stable calls the migration off: sB stays with src.
+func (p *migratingPair) stable() {
+	for _, n := range []*redistest.Node{p.dst, p.src} {
+		_ = n.Do(context.Background(), "CLUSTER", "SETSLOT", p.sB, "STABLE").Error()
+	}
+}
+
+// TestReserveMigratingQueueEmptiedByItself runs reserve.lua itself (node
+// form, mode 'r') for [A, B] on one master: A free in a stable slot, B
+// already the waiter's reservation, marked, in a slot MIGRATING on this
+// node, its line holding a dead entry (a waiter whose deadline passed)
+// and, in one case, the waiter's own entry. The call's own ZREMs of
+// those entries delete the line; a later read of it (older_waits' ZRANGE
+// after drop_dead, leave_mine's ZCARD) was refused as a "non local key"
+// after A's reservation was written, and the engine reads an error as
+// nothing written. The call must succeed (B stays the waiter's) or fail
+// having written nothing.
+func TestReserveMigratingQueueEmptiedByItself(t *testing.T) {
+	c := redistest.StartForTest(t, redistest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	names, err := slot.NewNamer("migres")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newMigratingPair(ctx, t, c, names)
+	lockA, lockB := names.LockKey(p.keyA), names.LockKey(p.keyB)
+	q, qd := names.QueueKeysInSlot(p.keyB, slot.KeySlot(p.keyB))
+	const waiter, ticket, inbox = "w1", "1000", "inbox1"
+	for _, tc := range []struct {
+		name string
+		own  bool
+	}{{"dead-entry", false}, {"dead-entry-and-own", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			setup := [][]string{{"DEL", lockA}, {"SET", lockB, "^" + ticket + ":" + waiter + ":" + inbox + "!", "PX", "30000"},
+				{"ZADD", q, "1", "ghost"}, {"ZADD", qd, "1", "ghost"}}
+			if tc.own {
+				setup = append(setup, []string{"ZADD", q, ticket, waiter + " " + inbox},
+					[]string{"ZADD", qd, "99999999999999", waiter + " " + inbox})
+			}
+			for _, cmd := range setup {
+				if err := p.src.Do(ctx, cmd...).Error(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p.migrate(ctx, t)
+			args := []string{"EVAL", reserveScript.nodeText, "1", lockA,
+				waiter, ticket, inbox, "r", lockA, lockB}
+			res, rerr := p.src.Do(ctx, args...).ToAny()
+			p.stable()
+			a, aerr := p.src.Do(ctx, "EXISTS", lockA).AsInt64()
+			b, _ := p.src.Do(ctx, "GET", lockB).ToString()
+			t.Logf("reserve [A, B] with B's slot %s migrating: %v %v; A exists %d (%v); B = %q", p.sB, res, rerr, a, aerr, b)
+			if rerr != nil && (aerr != nil || a != 0) {
+				t.Errorf("the refused call left A reserved: it wrote before the refusal")
+			}
+			if rerr == nil && b != "^"+ticket+":"+waiter+":"+inbox {
+				t.Errorf("the call succeeded but B = %q, not the waiter's unmarked reservation", b)
+			}
+			for _, k := range []string{lockA, lockB, q, qd} {
+				_ = p.src.Do(ctx, "DEL", k).Error()
 			}
 		})
 	}

@@ -192,14 +192,31 @@ local function leave_queue(k, waiter)
 end
 
 -- drop_dead removes the entries of lock key k's queue whose deadline
--- passed (server time now).
+-- passed (server time now) and returns the first live entry and its score
+-- (nil when none is left). It reads the order's head before its ZREMs, as
+-- hand_off does: the ZREMs may delete the order, and in a slot MIGRATING
+-- away a read of a key this call deleted is refused ("non local key")
+-- after the writes before it, which Redis keeps.
 local function drop_dead(k, now)
   local q, qd = queue_keys(k)
   local dead = redis.call('ZRANGE', qd, '-inf', '(' .. string.format('%d', now), 'BYSCORE')
+  local first = redis.call('ZRANGE', q, 0, #dead, 'WITHSCORES')
+  local is_dead = {}
   for _, w in ipairs(dead) do
-    redis.call('ZREM', q, w)
+    is_dead[w] = true
+  end
+  local head, score
+  for j = 1, #first, 2 do
+    if not is_dead[first[j]] then
+      head, score = first[j], first[j + 1]
+      break
+    end
+  end
+  for _, w in ipairs(dead) do
+    redis.pcall('ZREM', q, w) -- q may lose its last entry first (pcall: migrating slot)
     redis.call('ZREM', qd, w)
   end
+  return head, score
 end
 
 -- hand_off gives lock key k, which its owner's script has just given up

@@ -64,16 +64,27 @@ local out = {tonumber(t[1]), tonumber(t[2])}
 -- another channel, and an entry under the old name must not stay behind
 -- to be handed keys) and returns whether others remain. Its entries are
 -- found by its ticket, the score of each of them.
+--
+-- The queue was read before this call's first write (read_queue), but
+-- this call's own ZREMs (older_waits, or here) may have deleted it since:
+-- in a slot MIGRATING away a command on a key missing here is refused
+-- after the writes before it, which Redis keeps. So the reads after a
+-- write go through pcall, a refusal meaning the key is gone: empty.
 local function leave_mine(k)
   local q, qd = queue_keys(k)
   local pre = waiter .. ' '
-  for _, m in ipairs(redis.call('ZRANGE', q, ticket, ticket, 'BYSCORE')) do
+  local mine = redis.pcall('ZRANGE', q, ticket, ticket, 'BYSCORE')
+  if mine.err then
+    return false
+  end
+  for _, m in ipairs(mine) do
     if string.sub(m, 1, #pre) == pre then
       redis.call('ZREM', q, m)
-      redis.call('ZREM', qd, m)
+      redis.pcall('ZREM', qd, m)
     end
   end
-  return redis.call('ZCARD', q) > 0
+  local n = redis.pcall('ZCARD', q)
+  return type(n) == 'number' and n > 0
 end
 
 -- join puts the waiter in lock key k's queue, ordered by its ticket, and
@@ -93,15 +104,13 @@ end
 -- older_waits reports whether lock key k's queue has a live entry older
 -- than this waiter.
 local function older_waits(k)
-  local q = queue_keys(k)
-  drop_dead(k, now)
-  local head = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')
-  if #head == 0 or head[1] == me then
+  local head, score = drop_dead(k, now)
+  if not head or head == me then
     return false
   end
-  local sp = string.find(head[1], ' ', 1, true)
-  local w = sp and string.sub(head[1], 1, sp - 1) or head[1]
-  return older(head[2], w, ticket, waiter)
+  local sp = string.find(head, ' ', 1, true)
+  local w = sp and string.sub(head, 1, sp - 1) or head
+  return older(score, w, ticket, waiter)
 end
 
 for i = first, last do
