@@ -57,23 +57,9 @@ func (e *Engine) Attempt(ctx context.Context, set *protocol.Set, from int, r *pr
 		mode += "f"
 	}
 	ttl := strconv.FormatInt(r.TTL.Milliseconds(), 10)
-	excl, shared, permits := set.Split(idx)
-	var jobs []job
-	if len(excl) > 0 {
-		jobs = append(jobs, job{s: acquireScript, set: set, idx: excl,
-			head:  []string{r.Who.Holder, r.Who.Lease, ttl, mode},
-			fence: r.Fencing, holds: r.Who.Lease != "", queue: mode[0] == 'v' || mode[0] == 'c'})
-	}
-	// Shared keys and permits: a script of their own, in the same
-	// pipelined round trip (one more call per node that has any).
-	if len(shared) > 0 {
-		jobs = append(jobs, job{s: sharedAcquireScript, set: set, idx: shared, kind: 's', queue: true,
-			head: []string{r.Who.Holder, r.Who.Lease, ttl, mode[:1], "s"}})
-	}
-	if len(permits) > 0 {
-		jobs = append(jobs, job{s: sharedAcquireScript, set: set, idx: permits, kind: 'p',
-			head: []string{r.Who.Holder, r.Who.Lease, ttl, mode[:1], "p"}})
-	}
+	jobs := kindJobs(set, idx, job{s: acquireScript, head: []string{r.Who.Holder, r.Who.Lease, ttl, mode},
+		fence: r.Fencing, holds: r.Who.Lease != "", queue: mode[0] == 'v' || mode[0] == 'c'},
+		sharedAcquireScript, []string{r.Who.Holder, r.Who.Lease, ttl, mode[:1]}, 0, false)
 	var w *waitAfter
 	if r.MinReplicas > 0 {
 		w = &waitAfter{replicas: r.MinReplicas, timeout: r.ReplicaTimeout}

@@ -22,20 +22,8 @@ const maxStaleRetries = 5
 // keys no longer held (expired, taken over, deleted by an operator).
 func (e *Engine) Release(ctx context.Context, set *protocol.Set, idx []int, who protocol.Who) protocol.OwnerResult {
 	if !set.Plain() {
-		excl, shared, permits := set.Split(idx)
-		var jobs []job
-		if len(excl) > 0 {
-			jobs = append(jobs, job{s: releaseScript, set: set, idx: excl,
-				head: []string{who.Holder, who.Lease}, holds: who.Lease != "", queue: true})
-		}
-		if len(shared) > 0 {
-			jobs = append(jobs, job{s: sharedReleaseScript, set: set, idx: shared, orig: len(jobs),
-				head: []string{who.Holder, who.Lease, "s"}, queue: true, kind: 's'})
-		}
-		if len(permits) > 0 {
-			jobs = append(jobs, job{s: sharedReleaseScript, set: set, idx: permits, orig: len(jobs),
-				head: []string{who.Holder, who.Lease, "p"}, kind: 'p'})
-		}
+		jobs := kindJobs(set, idx, job{s: releaseScript, head: []string{who.Holder, who.Lease},
+			holds: who.Lease != "", queue: true}, sharedReleaseScript, []string{who.Holder, who.Lease}, 0, false)
 		return mergeResults(e.ownerChecked(ctx, jobs, nil))
 	}
 	if who.Lease == "" && (idx == nil && set.Len() == 1 || len(idx) == 1) {
@@ -100,21 +88,12 @@ func (e *Engine) ExtendMany(ctx context.Context, ext []protocol.ExtendJob) []pro
 	jobs := make([]job, 0, len(ext))
 	var of []int // of[k]: the ext index of job k (a request lease has one per kind)
 	for i, x := range ext {
-		excl, shared, permits := x.Set.Split(x.Idx)
 		ttl := strconv.FormatInt(x.TTL.Milliseconds(), 10)
-		if len(excl) > 0 || len(shared)+len(permits) == 0 {
-			jobs = append(jobs, job{s: extendScript, set: x.Set, idx: excl, orig: len(jobs),
-				head: []string{x.Who.Holder, x.Who.Lease, ttl}, holds: x.Who.Lease != ""})
-			of = append(of, i)
-		}
-		if len(shared) > 0 {
-			jobs = append(jobs, job{s: sharedExtendScript, set: x.Set, idx: shared, orig: len(jobs),
-				head: []string{x.Who.Holder, x.Who.Lease, ttl, "s"}, queue: true, kind: 's'})
-			of = append(of, i)
-		}
-		if len(permits) > 0 {
-			jobs = append(jobs, job{s: sharedExtendScript, set: x.Set, idx: permits, orig: len(jobs),
-				head: []string{x.Who.Holder, x.Who.Lease, ttl, "p"}, kind: 'p'})
+		head := []string{x.Who.Holder, x.Who.Lease, ttl}
+		own := kindJobs(x.Set, x.Idx, job{s: extendScript, head: head, holds: x.Who.Lease != ""},
+			sharedExtendScript, head, len(jobs), true)
+		jobs = append(jobs, own...)
+		for range own {
 			of = append(of, i)
 		}
 	}

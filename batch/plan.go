@@ -1,6 +1,8 @@
 package batch
 
 import (
+	"slices"
+
 	"context"
 	"fmt"
 	"strconv"
@@ -218,4 +220,31 @@ func (e *Engine) classify(s *script, c call, err error) (ne *protocol.NodeError,
 		e.perSlot.Store(true)
 	}
 	return ne, flagRefused
+}
+
+// kindJobs splits idx (nil: every key) by kind and returns one job per kind
+// that has keys, numbered (orig) from orig0: excl, given its set and
+// exclusive keys, then the script shared for the shared keys and for the
+// permits, each with sharedHead and its kind's letter as ARGV head. With
+// always, the exclusive job is there even when the set has no keys of any
+// kind to give it (an operation keeps its one result). Shared keys and
+// permits have a script of their own, sent in the same pipelined round
+// trip as the exclusive keys' (one more call per node that has any).
+func kindJobs(set *protocol.Set, idx []int, excl job, shared *script, sharedHead []string, orig0 int, always bool) []job {
+	x, sh, pm := set.Split(idx)
+	var jobs []job
+	if len(x) > 0 || always && len(sh)+len(pm) == 0 {
+		excl.set, excl.idx, excl.orig = set, x, orig0
+		jobs = append(jobs, excl)
+	}
+	for _, k := range []struct {
+		idx  []int
+		kind byte
+	}{{sh, 's'}, {pm, 'p'}} {
+		if len(k.idx) > 0 {
+			jobs = append(jobs, job{s: shared, set: set, idx: k.idx, orig: orig0 + len(jobs), kind: k.kind,
+				queue: k.kind == 's', head: append(slices.Clip(sharedHead), string(k.kind))})
+		}
+	}
+	return jobs
 }
