@@ -80,8 +80,9 @@ const (
 	// (internal/lockval).
 	Exclusive Kind = iota
 	// Shared: any number of shared holders, no exclusive one. The lock
-	// key holds lockval.Shared and the holders, each with its own
-	// server-side expiry, are a hash beside it (Set.SharedKey).
+	// key holds lockval.Shared and, from the second holder on, the
+	// holders, each with its own server-side expiry as its score, are a
+	// sorted set beside it (Set.SharedKey).
 	Shared
 	// Permit: Units of the counted resource named by Keys[i].Name, at
 	// most Limit in use at once; its hash is Set.Lock[i]
@@ -161,7 +162,7 @@ func (s *Set) KindOf(i int) Kind {
 // requests without shared keys or permits).
 func (s *Set) Plain() bool { return s.Kinds == nil }
 
-// SharedKey returns the holders hash of shared key i (shared_key in
+// SharedKey returns the holders sorted set of shared key i (shared_key in
 // batch/scripts/shared.lua).
 func (s *Set) SharedKey(i int) string {
 	return s.names.SharedKeyInSlot(s.Keys[i].Name, s.Keys[i].Slot)
