@@ -32,8 +32,18 @@ type KeyInfo struct {
 	// release or extend anything.
 	Holder string
 	// Holds is the number of leases holding the key: the size of its hold
-	// set for reentrant holds, else 1 while it is held.
+	// set for reentrant holds, the number of live readers of a shared key
+	// (Readers), else 1 while it is held.
 	Holds int
+	// Shared: readers hold the key (Request.Shared). Readers names them
+	// (Lease.ID of each), latest expiry first, at most MaxInspectWaiters;
+	// Holder names the reader only while there is one (the key's
+	// one-holder form). A reader whose expiry passed (a crashed one, not
+	// yet pruned) is not listed. With more than MaxInspectWaiters readers
+	// Holds is the size of the holders set, which may still count such
+	// expired readers.
+	Shared  bool
+	Readers []string
 	// Reentrant: the holder is an owner (WithOwner), Holds counts its
 	// leases.
 	Reentrant bool
@@ -83,7 +93,7 @@ func (le *Lease) ID() string { return lockval.Short(le.token) }
 func (l *Locker) OwnerID(id string) string { return lockval.Short(l.ownerToken(id)) }
 
 // inspectReads is the number of commands Inspect sends per key.
-const inspectReads = 6
+const inspectReads = 9
 
 // Inspect reports, per key and in the order given, the state of its lock
 // in Redis: holder, remaining life, holds, fencing token, reservation and
@@ -121,6 +131,12 @@ func (l *Locker) Inspect(ctx context.Context, keys ...string) ([]KeyInfo, error)
 			b.Zcard().Key(q).Build(),
 			b.Zrange().Key(q).Min("0").Max(lastWaiter).Withscores().Build(),
 			b.Zrange().Key(qd).Min("0").Max("-1").Withscores().Build(),
+			// The server's clock, for the readers' expiries: PEXPIRETIME
+			// less PTTL of the same key, read one after the other.
+			b.Pexpiretime().Key(lock).Build(),
+			b.Zrange().Key(l.names.SharedKeyInSlot(k, s)).Min("+inf").Max("-inf").Byscore().Rev().
+				Limit(0, MaxInspectWaiters).Withscores().Build(),
+			b.Zcard().Key(l.names.SharedKeyInSlot(k, s)).Build(),
 		)
 	}
 	res := l.client.DoMulti(ctx, cmds...)
@@ -136,7 +152,8 @@ func (l *Locker) Inspect(ctx context.Context, keys ...string) ([]KeyInfo, error)
 	return out, errors.Join(errs...)
 }
 
-// read fills k from its six replies (the order Inspect sends them in).
+// read fills k from its replies (inspectReads of them, in the order
+// Inspect sends them).
 func (k *KeyInfo) read(r []rueidis.RedisResult) error {
 	for _, x := range r {
 		if err := x.Error(); err != nil && !rediserr.IsNil(err) {
@@ -156,7 +173,10 @@ func (k *KeyInfo) read(r []rueidis.RedisResult) error {
 		if p.Waiter != "" {
 			k.Reserved, k.ReservedFor = true, lockval.Short(p.Waiter)
 		} else {
-			k.Held, k.Holder, k.Fence = true, lockval.Short(p.Holder), p.Fence
+			k.Held, k.Fence, k.Shared = true, p.Fence, p.Shared
+			if p.Holder != "" { // empty for a shared key's set form
+				k.Holder = lockval.Short(p.Holder)
+			}
 		}
 		ttl, err := r[1].AsInt64()
 		if err != nil {
@@ -175,6 +195,11 @@ func (k *KeyInfo) read(r []rueidis.RedisResult) error {
 	}
 	if k.Held {
 		k.Holds, k.Reentrant = max(int(holds), 1), holds > 0
+	}
+	if k.Shared {
+		if err := k.readReaders(r[1], r[6], r[7], r[8]); err != nil {
+			return err
+		}
 	}
 	total, err := r[3].AsInt64()
 	if err != nil {
@@ -199,6 +224,45 @@ func (k *KeyInfo) read(r []rueidis.RedisResult) error {
 			x.Deadline = lockval.QueueDeadline(d)
 		}
 		k.Waiters = append(k.Waiters, x)
+	}
+	return nil
+}
+
+// readers fills a shared key's Readers and Holds from its holders set
+// (members scored by expiry, ms of server time, latest first) and the
+// lock key's PTTL and PEXPIRETIME, whose difference is the server's time.
+// In the one-holder form the set is absent and the holder is the reader.
+func (k *KeyInfo) readReaders(pttl, at, set, card rueidis.RedisResult) error {
+	if k.Holder != "" {
+		k.Readers, k.Holds = []string{k.Holder}, 1
+		return nil
+	}
+	left, err := pttl.AsInt64()
+	if err != nil {
+		return err
+	}
+	expires, err := at.AsInt64()
+	if err != nil {
+		return err
+	}
+	members, err := set.AsZScores()
+	if err != nil {
+		return err
+	}
+	total, err := card.AsInt64()
+	if err != nil {
+		return err
+	}
+	now := float64(expires - left)
+	for _, m := range members {
+		if left >= 0 && expires >= 0 && m.Score <= now {
+			break // expired, and so is every later one (latest first)
+		}
+		k.Readers = append(k.Readers, lockval.Short(m.Member))
+	}
+	k.Holds = len(k.Readers)
+	if len(members) == MaxInspectWaiters && k.Holds == MaxInspectWaiters {
+		k.Holds = int(total)
 	}
 	return nil
 }

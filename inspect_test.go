@@ -185,3 +185,58 @@ func TestInspectBadInput(t *testing.T) {
 	_, err = l.Inspect(context.Background(), "a")
 	require.ErrorIs(t, err, slotlock.ErrClosed)
 }
+
+// Readers of a shared key show as readers, each by its Lease.ID, latest
+// expiry first, in both storage forms (one reader: the lock value names
+// it; several: the holders set does); a reader whose expiry passed (a
+// crashed one, not pruned yet) is not counted.
+func TestInspectSharedReaders(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	l := e.locker(slotlock.Options{TTL: 20 * time.Second})
+	var readers []*slotlock.Lease
+	for i := range 3 {
+		// Growing TTLs: each later reader has the later expiry.
+		lease, err := l.Acquire(ctx, slotlock.Request{Shared: []string{"cust:1"}, TTL: time.Duration(10+i) * time.Second})
+		require.NoError(t, err)
+		defer lease.Release(ctx)
+		readers = append(readers, lease)
+	}
+	alone, err := l.Acquire(ctx, slotlock.Request{Shared: []string{"cust:2"}})
+	require.NoError(t, err)
+	defer alone.Release(ctx)
+	// A crashed reader of cust:1: a member whose expiry passed.
+	names, _ := slot.NewNamer(e.prefix)
+	set := names.SharedKeyInSlot("cust:1", slot.KeySlot("cust:1"))
+	require.NoError(t, e.client.Do(ctx, e.client.B().Zadd().Key(set).ScoreMember().ScoreMember(1, "dead-reader-token").Build()).Error())
+
+	infos, err := l.Inspect(ctx, "cust:1", "cust:2")
+	require.NoError(t, err)
+	many, one := infos[0], infos[1]
+	require.NoError(t, many.Err)
+	require.True(t, many.Held)
+	require.True(t, many.Shared)
+	require.Empty(t, many.Holder, "several readers: no one holder")
+	require.Equal(t, []string{readers[2].ID(), readers[1].ID(), readers[0].ID()}, many.Readers)
+	require.Equal(t, 3, many.Holds)
+	require.False(t, many.Reentrant)
+	require.Zero(t, many.Fence)
+	require.Greater(t, many.TTL, 9*time.Second)
+
+	require.True(t, one.Shared)
+	require.Equal(t, alone.ID(), one.Holder)
+	require.Equal(t, []string{alone.ID()}, one.Readers)
+	require.Equal(t, 1, one.Holds)
+
+	// An exclusive key is not shared and has no readers.
+	x, err := l.Lock(ctx, "cust:3")
+	require.NoError(t, err)
+	defer x.Release(ctx)
+	infos, err = l.Inspect(ctx, "cust:3")
+	require.NoError(t, err)
+	require.False(t, infos[0].Shared)
+	require.Empty(t, infos[0].Readers)
+	require.Equal(t, x.ID(), infos[0].Holder)
+	require.NotContains(t, fmt.Sprintf("%+v", infos), readers[0].Token())
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -93,8 +94,9 @@ type jsonKey struct {
 	LockKey      string       `json:"lock_key"`
 	Slot         uint16       `json:"slot"`
 	Node         string       `json:"node"`
-	State        string       `json:"state"` // free, held, reserved, error
+	State        string       `json:"state"` // free, held, shared, reserved, error
 	Holder       string       `json:"holder,omitempty"`
+	Readers      []string     `json:"readers,omitempty"` // a shared key's, latest expiry first
 	Holds        int          `json:"holds,omitempty"`
 	Reentrant    bool         `json:"reentrant,omitempty"`
 	TTLMillis    int64        `json:"ttl_ms"`
@@ -116,6 +118,8 @@ func state(k slotlock.KeyInfo) string {
 	switch {
 	case k.Err != nil:
 		return "error"
+	case k.Held && k.Shared:
+		return "shared" // by k.Holds readers
 	case k.Held:
 		return "held"
 	case k.Reserved:
@@ -150,7 +154,7 @@ func inspectCmd(args []string, stdout, stderr io.Writer) int {
 		out := make([]jsonKey, len(infos))
 		for i, k := range infos {
 			j := jsonKey{Key: k.Key, LockKey: k.LockKey, Slot: k.Slot, Node: k.Node, State: state(k),
-				Holder: k.Holder, Holds: k.Holds, Reentrant: k.Reentrant, TTLMillis: ttlMillis(k.TTL),
+				Holder: k.Holder, Readers: k.Readers, Holds: k.Holds, Reentrant: k.Reentrant, TTLMillis: ttlMillis(k.TTL),
 				Fence: k.Fence, ReservedFor: k.ReservedFor, Marked: k.Marked, WaitersTotal: k.WaitersTotal,
 				Waiters: []jsonWaiter{}}
 			for _, w := range k.Waiters {
@@ -173,6 +177,11 @@ func inspectCmd(args []string, stdout, stderr io.Writer) int {
 	for _, k := range infos {
 		holder, ttl, fence := "-", "-", "-"
 		switch {
+		case k.Held && k.Holder == "" && len(k.Readers) > 0: // several readers
+			holder = strings.Join(k.Readers[:min(len(k.Readers), 3)], ",")
+			if len(k.Readers) > 3 {
+				holder += ",..."
+			}
 		case k.Held:
 			holder = k.Holder
 		case k.Reserved:

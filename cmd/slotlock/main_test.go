@@ -439,6 +439,46 @@ func TestReleaseForce(t *testing.T) {
 	require.Empty(t, e.lockKeys())
 }
 
+// A shared key: inspect shows its readers, and release --force deletes its
+// holders set with its lock, so the readers' leases end lost (a holders
+// set left behind would count them as readers again once the key is
+// shared by two others, and renew them).
+func TestSharedInspectAndReleaseForce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	l := e.locker(slotlock.Options{})
+	var readers []*slotlock.Lease
+	for range 2 {
+		r, err := l.Acquire(ctx, slotlock.Request{Shared: []string{"sh:1"}})
+		require.NoError(t, err)
+		readers = append(readers, r)
+	}
+
+	r := e.cli("", "inspect", "--json", "sh:1")
+	require.Equal(t, 0, r.code, r.stderr)
+	var got []jsonKey
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &got))
+	require.Equal(t, "shared", got[0].State)
+	require.Equal(t, 2, got[0].Holds)
+	require.ElementsMatch(t, []string{readers[0].ID(), readers[1].ID()}, got[0].Readers)
+	require.Empty(t, got[0].Holder)
+
+	r = e.cli("", "release", "--force", "--yes", "sh:1")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "sh:1: deleted "+e.names.LockKey("sh:1")+" (readers)")
+	require.Contains(t, r.stdout, "sh:1: deleted its holders set")
+	require.Empty(t, e.lockKeys(), "lock and holders set gone")
+	for _, le := range readers {
+		select {
+		case <-le.Done():
+		case <-time.After(30 * time.Second):
+			t.Fatal("a reader never saw its loss")
+		}
+		require.ErrorIs(t, le.Err(), slotlock.ErrLeaseLost)
+	}
+}
+
 // Bad input: a clear message on stderr, the documented non-zero code, and
 // nothing locked.
 func TestBadInput(t *testing.T) {

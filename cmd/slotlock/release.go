@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/slotlock/slotlock"
 	"github.com/slotlock/slotlock/internal/lockval"
 	"github.com/slotlock/slotlock/internal/rediserr"
 	"github.com/slotlock/slotlock/slot"
@@ -52,7 +53,7 @@ func releaseCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if !*yes {
 		fmt.Fprintf(stderr, "about to delete the locks of %d key(s), %d of them held or reserved:\n", len(keys), held)
 		for _, k := range infos {
-			fmt.Fprintf(stderr, "  %s: %s%s\n", k.Key, state(k), holderText(k.Holder, k.ReservedFor, k.Holds))
+			fmt.Fprintf(stderr, "  %s: %s%s\n", k.Key, state(k), holderText(k, k.ReservedFor))
 		}
 		fmt.Fprint(stderr, "delete? [y/N] ")
 		answer, _ := bufio.NewReader(stdin).ReadString('\n')
@@ -68,18 +69,25 @@ func releaseCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := c.opContext()
 	defer cancel()
-	cmds := make(rueidis.Commands, 0, 2*len(keys))
+	// Per key: the lock, an owner's hold set, and a shared key's holders
+	// set. The holders set must go with the lock: left behind, its live
+	// members would count as readers again once the key is shared in its
+	// set form, and their renewals would succeed.
+	const per = 3
+	cmds := make(rueidis.Commands, 0, per*len(keys))
 	for _, k := range keys {
 		s := slot.KeySlot(k)
 		cmds = append(cmds,
 			cl.B().Getdel().Key(names.LockKeyInSlot(k, s)).Build(),
-			cl.B().Del().Key(names.HoldCountKeyInSlot(k, s)).Build())
+			cl.B().Del().Key(names.HoldCountKeyInSlot(k, s)).Build(),
+			cl.B().Del().Key(names.SharedKeyInSlot(k, s)).Build())
 	}
 	res := cl.DoMulti(ctx, cmds...)
 	code = exitOK
 	for i, k := range keys {
-		v, err := res[2*i].ToString()
-		holds, herr := res[2*i+1].AsInt64()
+		v, err := res[per*i].ToString()
+		holds, herr := res[per*i+1].AsInt64()
+		readers, rerr := res[per*i+2].AsInt64()
 		switch {
 		case rediserr.IsNil(err):
 			fmt.Fprintf(stdout, "%s: not locked, nothing deleted\n", k)
@@ -88,13 +96,19 @@ func releaseCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			code = exitUnavailable
 		default:
 			p := lockval.Parse(v)
-			fmt.Fprintf(stdout, "%s: deleted %s%s\n", k, names.LockKey(k), holderText(short(p.Holder), short(p.Waiter), 0))
+			fmt.Fprintf(stdout, "%s: deleted %s%s\n", k, names.LockKey(k), holderText(slotlock.KeyInfo{Holder: short(p.Holder), Shared: p.Shared}, short(p.Waiter)))
 		}
 		if herr != nil {
 			fmt.Fprintf(stderr, "slotlock: %s: hold set: %v\n", k, herr)
 			code = exitUnavailable
 		} else if holds > 0 {
 			fmt.Fprintf(stdout, "%s: deleted its hold set %s\n", k, names.HoldCountKey(k))
+		}
+		if rerr != nil {
+			fmt.Fprintf(stderr, "slotlock: %s: holders set: %v\n", k, rerr)
+			code = exitUnavailable
+		} else if readers > 0 {
+			fmt.Fprintf(stdout, "%s: deleted its holders set %s\n", k, names.SharedKeyInSlot(k, slot.KeySlot(k)))
 		}
 	}
 	return code
@@ -107,9 +121,17 @@ func short(token string) string {
 	return lockval.Short(token)
 }
 
-// holderText describes a lock's holder for the operator.
-func holderText(holder, reservedFor string, holds int) string {
+// holderText describes a lock's holder for the operator: k's Holder,
+// Holds and readers, or whom the lock is reserved for.
+func holderText(k slotlock.KeyInfo, reservedFor string) string {
+	holder, holds := k.Holder, k.Holds
 	switch {
+	case k.Shared && holder == "" && holds > 0:
+		return fmt.Sprintf(" (%d readers: %s)", holds, strings.Join(k.Readers, ", "))
+	case k.Shared && holder == "":
+		return " (readers)"
+	case k.Shared:
+		return " (read by " + holder + ")"
 	case holder != "" && holds > 1:
 		return fmt.Sprintf(" (held by %s, %d holds)", holder, holds)
 	case holder != "":
