@@ -296,6 +296,31 @@ func ExampleLocker_Inspect() {
 	// order:43 false false false false 0
 }
 
+// InspectPermits shows who holds units of counted resources.
+func ExampleLocker_InspectPermits() {
+	client := exampleClient()
+	defer client.Close()
+	locker := newExampleLocker(client, slotlock.Options{Prefix: "example-inspect-permits"})
+	defer locker.Close()
+	ctx := context.Background()
+	lease, err := locker.Acquire(ctx, slotlock.Request{
+		Permits: []slotlock.Permit{{Resource: "gpu-pool", Units: 2, Limit: 8}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer lease.Release(ctx)
+
+	infos, err := locker.InspectPermits(ctx, "gpu-pool")
+	if err != nil {
+		panic(err)
+	}
+	p := infos[0]
+	fmt.Println(p.Resource, p.Used, "of", p.Limit, len(p.Holders), p.Holders[0].ID == lease.ID())
+	// Output:
+	// gpu-pool 2 of 8 1 true
+}
+
 // countingObserver counts grants: the smallest useful Observer.
 type countingObserver struct{ grants, lost int }
 

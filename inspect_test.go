@@ -240,3 +240,52 @@ func TestInspectSharedReaders(t *testing.T) {
 	require.Equal(t, x.ID(), infos[0].Holder)
 	require.NotContains(t, fmt.Sprintf("%+v", infos), readers[0].Token())
 }
+
+// InspectPermits shows a resource's live holders (Lease.ID, units,
+// remaining life, latest first), the units in use and the limit; not a
+// holder whose expiry passed (a crashed one, not pruned yet); a free
+// resource as unused; and an empty resource name as ErrInvalid.
+func TestInspectPermits(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	l := e.locker(slotlock.Options{TTL: 20 * time.Second})
+	one, err := l.Acquire(ctx, slotlock.Request{Permits: []slotlock.Permit{{Resource: "pool:a", Units: 1, Limit: 4}}, TTL: 5 * time.Second})
+	require.NoError(t, err)
+	defer one.Release(ctx)
+	two, err := l.Acquire(ctx, slotlock.Request{Permits: []slotlock.Permit{{Resource: "pool:a", Units: 2, Limit: 4}}, TTL: 15 * time.Second})
+	require.NoError(t, err)
+	defer two.Release(ctx)
+	names, _ := slot.NewNamer(e.prefix)
+	h := names.PermitKeyInSlot("pool:a", slot.KeySlot("pool:a"))
+	require.NoError(t, e.client.Do(ctx, e.client.B().Hset().Key(h).FieldValue().FieldValue("dead-holder-token", "1:1000").Build()).Error())
+
+	infos, err := l.InspectPermits(ctx, "pool:a", "pool:free")
+	require.NoError(t, err)
+	a, free := infos[0], infos[1]
+	require.NoError(t, a.Err)
+	require.Equal(t, h, a.Key)
+	require.Equal(t, int64(4), a.Limit)
+	require.Equal(t, int64(3), a.Used)
+	require.Len(t, a.Holders, 2)
+	require.Equal(t, two.ID(), a.Holders[0].ID)
+	require.Equal(t, int64(2), a.Holders[0].Units)
+	require.Greater(t, a.Holders[0].TTL, 10*time.Second)
+	require.LessOrEqual(t, a.Holders[0].TTL, 15*time.Second)
+	require.Equal(t, one.ID(), a.Holders[1].ID)
+	require.Equal(t, int64(1), a.Holders[1].Units)
+	require.LessOrEqual(t, a.Holders[1].TTL, 5*time.Second)
+	master, err := e.c.NodeForSlot(ctx, a.Slot)
+	require.NoError(t, err)
+	require.Equal(t, master.Addr(), a.Node)
+	require.NotContains(t, fmt.Sprintf("%+v", infos), one.Token())
+
+	require.NoError(t, free.Err)
+	require.Zero(t, free.Used)
+	require.Zero(t, free.Limit)
+	require.Empty(t, free.Holders)
+
+	_, err = l.InspectPermits(ctx, "pool:a", "")
+	require.ErrorIs(t, err, slotlock.ErrInvalid)
+	require.ErrorContains(t, err, "resource 1 is empty")
+}

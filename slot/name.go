@@ -118,7 +118,8 @@ func (n Namer) HoldCountKeyInSlot(userKey string, s uint16) string {
 	return n.prefix + "{" + Tag(s) + "}#n:" + userKey
 }
 
-// SharedKeyInSlot returns the hash of userKey's shared holders, in slot
+// SharedKeyInSlot returns the sorted set of userKey's shared holders
+// (scored by each holder's expiry), in slot
 // s = KeySlot(userKey): P{T}#s:K (shared_key in batch/scripts/shared.lua).
 func (n Namer) SharedKeyInSlot(userKey string, s uint16) string {
 	return n.prefix + "{" + Tag(s) + "}#s:" + userKey

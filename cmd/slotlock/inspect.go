@@ -139,12 +139,16 @@ func ttlMillis(d time.Duration) int64 {
 func inspectCmd(args []string, stdout, stderr io.Writer) int {
 	fs, c := newFlags("inspect", stderr)
 	asJSON := fs.Bool("json", false, "print a JSON array, one object per key")
+	permits := fs.Bool("permits", false, "the arguments are counted resources (Permit.Resource), not keys")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
 	keys := fs.Args()
 	if err := checkKeys(keys); err != nil {
 		return fail(stderr, err)
+	}
+	if *permits {
+		return inspectPermits(c, keys, *asJSON, stdout, stderr)
 	}
 	infos, code := inspectOnce(c, keys, stderr)
 	if infos == nil {
@@ -204,6 +208,89 @@ func inspectCmd(args []string, stdout, stderr io.Writer) int {
 			waiters += " " + x.ID
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\n", k.Key, state(k), holder, k.Holds, ttl, fence, waiters, k.Node, k.Slot)
+	}
+	_ = w.Flush()
+	return code
+}
+
+// jsonPermit is one resource of inspect --permits --json.
+type jsonPermit struct {
+	Resource string             `json:"resource"`
+	Key      string             `json:"key"`
+	Slot     uint16             `json:"slot"`
+	Node     string             `json:"node"`
+	Limit    int64              `json:"limit"`
+	Used     int64              `json:"used"`
+	Holders  []jsonPermitHolder `json:"holders"`
+	Error    string             `json:"error,omitempty"`
+}
+
+type jsonPermitHolder struct {
+	ID        string `json:"id"`
+	Units     int64  `json:"units"`
+	TTLMillis int64  `json:"ttl_ms"`
+}
+
+// inspectPermits prints who holds units of each resource, as a table or
+// JSON (Locker.InspectPermits).
+func inspectPermits(c *conn, resources []string, asJSON bool, stdout, stderr io.Writer) int {
+	cl, err := c.client()
+	if err != nil {
+		return fail(stderr, err)
+	}
+	defer cl.Close()
+	l, err := c.lockerOn(cl, slotlock.Options{NoLossTracking: true})
+	if err != nil {
+		return fail(stderr, err)
+	}
+	defer l.Close()
+	ctx, cancel := c.opContext()
+	defer cancel()
+	infos, err := l.InspectPermits(ctx, resources...)
+	if infos == nil {
+		return fail(stderr, err)
+	}
+	code := exitOK
+	if err != nil {
+		fmt.Fprintf(stderr, "slotlock: %v\n", err)
+		code = exitUnavailable
+	}
+	if asJSON {
+		out := make([]jsonPermit, len(infos))
+		for i, p := range infos {
+			j := jsonPermit{Resource: p.Resource, Key: p.Key, Slot: p.Slot, Node: p.Node, Limit: p.Limit, Used: p.Used,
+				Holders: []jsonPermitHolder{}}
+			for _, h := range p.Holders {
+				j.Holders = append(j.Holders, jsonPermitHolder{ID: h.ID, Units: h.Units, TTLMillis: ttlMillis(h.TTL)})
+			}
+			if p.Err != nil {
+				j.Error = p.Err.Error()
+			}
+			out[i] = j
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(out); err != nil {
+			return fail(stderr, err)
+		}
+		return code
+	}
+	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "RESOURCE\tUSED\tLIMIT\tHOLDERS\tNODE\tSLOT")
+	for _, p := range infos {
+		holders := fmt.Sprint(len(p.Holders))
+		for i, h := range p.Holders {
+			if i == 3 {
+				holders += " ..."
+				break
+			}
+			holders += fmt.Sprintf(" %s:%d", h.ID, h.Units)
+		}
+		limit := "-"
+		if p.Limit > 0 {
+			limit = fmt.Sprint(p.Limit)
+		}
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%d\n", p.Resource, p.Used, limit, holders, p.Node, p.Slot)
 	}
 	_ = w.Flush()
 	return code

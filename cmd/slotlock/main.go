@@ -3,6 +3,8 @@
 //
 //	slotlock keyslot KEY...             slot, owning node and lock key of each key
 //	slotlock inspect [--json] KEY...    who holds each key, until when, who waits
+//	slotlock inspect --permits [--json] RESOURCE...
+//	                                    who holds units of each counted resource
 //	slotlock run --keys a,b [--ttl 30s] [--wait 10s] -- CMD [ARGS...]
 //	                                    flock(1) for the cluster: hold the keys while CMD runs
 //	slotlock release --force [--yes] KEY...
@@ -54,6 +56,7 @@ const usage = `usage: slotlock COMMAND [flags] ...
 commands:
   keyslot KEY...                        slot, owning master and lock key of each key
   inspect [--json] KEY...               holder, TTL, holds, fencing token and waiters of each key
+  inspect --permits [--json] RESOURCE...  units in use, limit and holders of each counted resource
   run --keys K1,K2 [--ttl 30s] [--wait 10s] [--grace 10s] -- CMD [ARGS...]
                                         take every key (all or nothing), run CMD while the
                                         lease is renewed, release on exit; exit with CMD's status

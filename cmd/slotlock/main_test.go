@@ -479,6 +479,39 @@ func TestSharedInspectAndReleaseForce(t *testing.T) {
 	}
 }
 
+// inspect --permits shows a resource's units in use, its limit and its
+// holders, as JSON and as a table.
+func TestInspectPermits(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	l := e.locker(slotlock.Options{})
+	lease, err := l.Acquire(ctx, slotlock.Request{Permits: []slotlock.Permit{{Resource: "pool:x", Units: 3, Limit: 5}}})
+	require.NoError(t, err)
+	defer lease.Release(ctx)
+
+	r := e.cli("", "inspect", "--permits", "--json", "pool:x", "pool:y")
+	require.Equal(t, 0, r.code, r.stderr)
+	var got []jsonPermit
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &got))
+	require.Len(t, got, 2)
+	require.Equal(t, int64(3), got[0].Used)
+	require.Equal(t, int64(5), got[0].Limit)
+	require.Len(t, got[0].Holders, 1)
+	require.Equal(t, lease.ID(), got[0].Holders[0].ID)
+	require.Equal(t, int64(3), got[0].Holders[0].Units)
+	require.Greater(t, got[0].Holders[0].TTLMillis, int64(1000))
+	require.Zero(t, got[1].Used)
+	require.Empty(t, got[1].Holders)
+
+	r = e.cli("", "inspect", "--permits", "pool:x")
+	require.Equal(t, 0, r.code, r.stderr)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Len(t, lines, 2)
+	require.Equal(t, []string{"pool:x", "3", "5", "1", lease.ID() + ":3"}, strings.Fields(lines[1])[:5])
+	require.NotContains(t, r.stdout, lease.Token())
+}
+
 // Bad input: a clear message on stderr, the documented non-zero code, and
 // nothing locked.
 func TestBadInput(t *testing.T) {

@@ -214,3 +214,21 @@ func Short(token string) string {
 	h := sha256.Sum256([]byte(token))
 	return hex.EncodeToString(h[:6])
 }
+
+// PermitLimit is the field of a permit hash (P{T}#p:R) that holds the
+// limit its holders asked for (LIMIT_FIELD in shared.lua); every other
+// field is a holder's lease token.
+const PermitLimit = "#l"
+
+// ParsePermitHold reads a permit holder's field value, units ':' expiry
+// (milliseconds of server time), as read_holders in shared.lua does; ok
+// is false for a malformed value, which the scripts count as expired.
+func ParsePermitHold(v string) (units, expiresMs int64, ok bool) {
+	u, e, found := strings.Cut(v, ":")
+	if !found {
+		return 0, 0, false
+	}
+	units, err1 := strconv.ParseInt(u, 10, 64)
+	expiresMs, err2 := strconv.ParseInt(e, 10, 64)
+	return units, expiresMs, err1 == nil && err2 == nil
+}
