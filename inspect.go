@@ -139,17 +139,31 @@ func (l *Locker) Inspect(ctx context.Context, keys ...string) ([]KeyInfo, error)
 			b.Zcard().Key(l.names.SharedKeyInSlot(k, s)).Build(),
 		)
 	}
-	res := l.client.DoMulti(ctx, cmds...)
+	return out, readAll(out, l.client.DoMulti(ctx, cmds...), inspectReads)
+}
+
+// readAll hands each inspected item its per replies of res, in order, and
+// joins the failures, each recorded on its item.
+func readAll[T any, P interface {
+	*T
+	read([]rueidis.RedisResult) error
+	failed(error) error
+}](out []T, res []rueidis.RedisResult, per int) error {
 	var errs []error
 	for i := range out {
-		if err := out[i].read(res[inspectReads*i : inspectReads*(i+1)]); err != nil {
-			// Classified by the reply itself, named by the key.
-			out[i].Err = &NodeError{Node: out[i].Node, Op: "inspect", Keys: 1,
-				Kind: rediserr.Kind(err), Err: fmt.Errorf("key %q: %w", out[i].Key, err)}
-			errs = append(errs, out[i].Err)
+		if err := P(&out[i]).read(res[per*i : per*(i+1)]); err != nil {
+			errs = append(errs, P(&out[i]).failed(err))
 		}
 	}
-	return out, errors.Join(errs...)
+	return errors.Join(errs...)
+}
+
+// failed records a failed read of k: a *NodeError classified by the reply
+// itself, naming the node and the key.
+func (k *KeyInfo) failed(err error) error {
+	k.Err = &NodeError{Node: k.Node, Op: "inspect", Keys: 1,
+		Kind: rediserr.Kind(err), Err: fmt.Errorf("key %q: %w", k.Key, err)}
+	return k.Err
 }
 
 // read fills k from its replies (inspectReads of them, in the order

@@ -3,7 +3,6 @@ package slotlock
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -77,16 +76,14 @@ func (l *Locker) InspectPermits(ctx context.Context, resources ...string) ([]Per
 		}
 		cmds = append(cmds, b.Hgetall().Key(h).Build(), b.Pttl().Key(h).Build(), b.Pexpiretime().Key(h).Build())
 	}
-	res := l.client.DoMulti(ctx, cmds...)
-	var errs []error
-	for i := range out {
-		if err := out[i].read(res[inspectPermitReads*i : inspectPermitReads*(i+1)]); err != nil {
-			out[i].Err = &NodeError{Node: out[i].Node, Op: "inspect permits", Keys: 1,
-				Kind: rediserr.Kind(err), Err: fmt.Errorf("resource %q: %w", out[i].Resource, err)}
-			errs = append(errs, out[i].Err)
-		}
-	}
-	return out, errors.Join(errs...)
+	return out, readAll(out, l.client.DoMulti(ctx, cmds...), inspectPermitReads)
+}
+
+// failed records a failed read of p, as KeyInfo.failed does.
+func (p *PermitInfo) failed(err error) error {
+	p.Err = &NodeError{Node: p.Node, Op: "inspect permits", Keys: 1,
+		Kind: rediserr.Kind(err), Err: fmt.Errorf("resource %q: %w", p.Resource, err)}
+	return p.Err
 }
 
 // read fills p from its replies (inspectPermitReads of them, in the

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -69,6 +70,14 @@ func inspectOnce(c *conn, keys []string, stderr io.Writer) ([]slotlock.KeyInfo, 
 // inspect is inspectOnce on a client the caller keeps (release --force
 // deletes through the same one).
 func inspect(c *conn, cl rueidis.Client, keys []string, stderr io.Writer) ([]slotlock.KeyInfo, int) {
+	return inspectBy(c, cl, stderr, func(ctx context.Context, l *slotlock.Locker) ([]slotlock.KeyInfo, error) {
+		return l.Inspect(ctx, keys...)
+	})
+}
+
+// inspectBy runs one inspection (Inspect or InspectPermits) on a Locker
+// of cl's, as inspect says.
+func inspectBy[T any](c *conn, cl rueidis.Client, stderr io.Writer, f func(context.Context, *slotlock.Locker) ([]T, error)) ([]T, int) {
 	l, err := c.lockerOn(cl, slotlock.Options{NoLossTracking: true})
 	if err != nil {
 		return nil, fail(stderr, err)
@@ -76,7 +85,7 @@ func inspect(c *conn, cl rueidis.Client, keys []string, stderr io.Writer) ([]slo
 	defer l.Close()
 	ctx, cancel := c.opContext()
 	defer cancel()
-	infos, err := l.Inspect(ctx, keys...)
+	infos, err := f(ctx, l)
 	if infos == nil {
 		return nil, fail(stderr, err)
 	}
@@ -169,12 +178,7 @@ func inspectCmd(args []string, stdout, stderr io.Writer) int {
 			}
 			out[i] = j
 		}
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(out); err != nil {
-			return fail(stderr, err)
-		}
-		return code
+		return printJSON(out, code, stdout, stderr)
 	}
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "KEY\tSTATE\tHOLDER\tHOLDS\tTTL\tFENCE\tWAITERS\tNODE\tSLOT")
@@ -239,21 +243,11 @@ func inspectPermits(c *conn, resources []string, asJSON bool, stdout, stderr io.
 		return fail(stderr, err)
 	}
 	defer cl.Close()
-	l, err := c.lockerOn(cl, slotlock.Options{NoLossTracking: true})
-	if err != nil {
-		return fail(stderr, err)
-	}
-	defer l.Close()
-	ctx, cancel := c.opContext()
-	defer cancel()
-	infos, err := l.InspectPermits(ctx, resources...)
+	infos, code := inspectBy(c, cl, stderr, func(ctx context.Context, l *slotlock.Locker) ([]slotlock.PermitInfo, error) {
+		return l.InspectPermits(ctx, resources...)
+	})
 	if infos == nil {
-		return fail(stderr, err)
-	}
-	code := exitOK
-	if err != nil {
-		fmt.Fprintf(stderr, "slotlock: %v\n", err)
-		code = exitUnavailable
+		return code
 	}
 	if asJSON {
 		out := make([]jsonPermit, len(infos))
@@ -268,12 +262,7 @@ func inspectPermits(c *conn, resources []string, asJSON bool, stdout, stderr io.
 			}
 			out[i] = j
 		}
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(out); err != nil {
-			return fail(stderr, err)
-		}
-		return code
+		return printJSON(out, code, stdout, stderr)
 	}
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "RESOURCE\tUSED\tLIMIT\tHOLDERS\tNODE\tSLOT")
@@ -293,5 +282,16 @@ func inspectPermits(c *conn, resources []string, asJSON bool, stdout, stderr io.
 		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%d\n", p.Resource, p.Used, limit, holders, p.Node, p.Slot)
 	}
 	_ = w.Flush()
+	return code
+}
+
+// printJSON writes v as indented JSON and returns code, or the failure
+// to write it.
+func printJSON(v any, code int, stdout, stderr io.Writer) int {
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return fail(stderr, err)
+	}
 	return code
 }
