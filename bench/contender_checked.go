@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
-	"sync/atomic"
 
 	"github.com/redis/rueidis"
 
@@ -27,9 +26,10 @@ var releaseNodeSHA = func() string {
 // CheckedPipeline names the reference contender of checkedFactory.
 const CheckedPipeline = "checked-pipeline"
 
-// checkedFactory is the raw pipeline with the one thing a lock cannot do
-// without: an owner-checked release. It locks as raw-pipeline does (every
-// SET NX PX in one DoMulti, a counter as token) and releases with one call
+// checkedFactory is the raw pipeline with the two things a lock cannot do
+// without: a token unique to the holder and an owner-checked release. It
+// locks as raw-pipeline does (every SET NX PX in one DoMulti, with a
+// random token) and releases with one call
 // per master of the smallest owner-checked script (scripts/release_node.lua:
 // GET and DEL per key), all in one DoMulti. On Redis 7.0, which has no
 // compare-and-delete command, it is the ceiling of any safe lock that
@@ -39,7 +39,7 @@ const CheckedPipeline = "checked-pipeline"
 // (Probes).
 var checkedFactory = Factory{
 	Name:  CheckedPipeline,
-	About: "raw-pipeline's lock, and an owner-checked release: one minimal script call per master (GET and DEL per key), all in one DoMulti",
+	About: "raw-pipeline's lock with a random token (128 bits), and an owner-checked release: one minimal script call per master (GET and DEL per key), all in one DoMulti",
 	Safe:  true,
 	New: func(env *Env, _ int) (Contender, error) {
 		client, err := env.client()
@@ -63,14 +63,16 @@ type checkedContender struct {
 	env    *Env
 	client rueidis.Client
 	owners *[slot.Count]int16 // master index by slot, read once
-	seq    atomic.Uint64
 }
 
 func (c *checkedContender) Acquirer(int) Acquirer { return c }
 func (c *checkedContender) Close() error          { c.client.Close(); return nil }
 
 func (c *checkedContender) Lock(ctx context.Context, keys []string) (Held, error) {
-	token := "chk:" + strconv.FormatUint(c.seq.Add(1), 36)
+	// 128 random bits, as every safe contender draws: a counter, as the
+	// raw pipeline's, tells batches apart in one process only, and a
+	// lock's token must be unique across all its holders.
+	token := newToken()
 	cmds := make(rueidis.Commands, len(keys))
 	for attempt := 0; ; attempt++ {
 		for i, k := range keys {
