@@ -3,10 +3,14 @@ package bench
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/slotlock/slotlock/internal/rediserr"
 	"github.com/slotlock/slotlock/internal/redistest"
 )
 
@@ -58,7 +62,7 @@ func BenchmarkLock(b *testing.B) {
 func TestContenders(t *testing.T) {
 	env := newEnv(t)
 	ctx := context.Background()
-	for _, f := range Contenders {
+	for _, f := range append(slices.Clip(Contenders), Probes...) {
 		for _, cell := range []Cell{
 			{Contender: f.Name, K: 1, W: 1},
 			{Contender: f.Name, K: 100, W: 4},
@@ -74,6 +78,51 @@ func TestContenders(t *testing.T) {
 					t.Fatal(err)
 				}
 			})
+		}
+	}
+}
+
+// TestCheckedPipelineOwnerCheck: the checked pipeline's release deletes
+// only the keys that still hold its token. A key that expired and was
+// taken by someone else is left to them, and Release reports it.
+func TestCheckedPipelineOwnerCheck(t *testing.T) {
+	env := newEnv(t)
+	ctx := context.Background()
+	if err := env.reset(ctx); err != nil {
+		t.Fatal(err)
+	}
+	con, err := checkedFactory.New(env, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer con.Close()
+	// Keys over every master, so the release makes one call per master.
+	var keys []string
+	for i := range 30 {
+		keys = append(keys, fmt.Sprintf("chk:%d", i))
+	}
+	h, err := con.Acquirer(0).Lock(ctx, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stolen := []string{keys[3], keys[17]}
+	for _, k := range stolen {
+		if err := env.probe.Do(ctx, env.probe.B().Set().Key(k).Value("someone-else").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.Release(ctx); !errors.Is(err, ErrNotHeld) || !strings.Contains(err.Error(), "2 of 30") {
+		t.Fatalf("Release with 2 keys taken over = %v, want ErrNotHeld naming 2 of 30", err)
+	}
+	for _, k := range keys {
+		v, err := env.probe.Do(ctx, env.probe.B().Get().Key(k).Build()).ToString()
+		switch {
+		case slices.Contains(stolen, k):
+			if err != nil || v != "someone-else" {
+				t.Errorf("%s, taken over by someone else: %q, %v after our release; want their value", k, v, err)
+			}
+		case !rediserr.IsNil(err):
+			t.Errorf("%s: %q, %v after release; want it deleted", k, v, err)
 		}
 	}
 }

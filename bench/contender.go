@@ -76,7 +76,7 @@ var Contenders = []Factory{
 
 // Lookup returns the factory named name.
 func Lookup(name string) (Factory, bool) {
-	for _, f := range Contenders {
+	for _, f := range append(Contenders[:len(Contenders):len(Contenders)], Probes...) {
 		if f.Name == name {
 			return f, true
 		}

@@ -18,6 +18,10 @@ type pairTarget struct {
 	Label string
 	A, B  bench.Cell // the ratio is A's batches/s over B's
 	Need  float64
+	// Ref marks a reference pair, not a target: it measures what the
+	// targets are up against (the price of the owner check) and has no
+	// required ratio (Need is unused).
+	Ref bool
 	// D is the target time of each cell of a round.
 	D time.Duration
 	// Ratios has one A/B ratio per round; Rows the cells as measured.
@@ -61,6 +65,10 @@ func pairsReserve(cfg config) time.Duration {
 	return time.Duration(pairRounds(cfg)) * (2*time.Duration(nUnc)*unc + slow + 2*2*hot)
 }
 
+// refKs are the K of the reference pairs: the loopback targets that the
+// owner check puts within a few percent of the best a safe lock can do.
+var refKs = []int{100, 1}
+
 // targetPairs lists the project's targets for slotlock: on loopback, and
 // behind each emulated round trip. The contended ones compare with the
 // peer that did best in the matrix at the same round trip.
@@ -75,6 +83,17 @@ func targetPairs(rows []row) []*pairTarget {
 		{Label: "K = 1000: slotlock / raw pipeline", A: sl(1000, 0), B: other("raw-pipeline", 1000, 0), Need: 0.9},
 		{Label: "K = 100: slotlock / raw pipeline", A: sl(100, 0), B: other("raw-pipeline", 100, 0), Need: 0.85},
 		{Label: "K = 1: slotlock / raw pipeline", A: sl(1, 0), B: other("raw-pipeline", 1, 0), Need: 0.9},
+	}
+	// The price of the owner check on loopback, where the targets are
+	// tightest: the checked pipeline (the raw pipeline with the smallest
+	// owner-checked release) against the raw pipeline, and slotlock
+	// against it.
+	for _, k := range refKs {
+		chk := other(bench.CheckedPipeline, k, 0)
+		out = append(out,
+			&pairTarget{Label: fmt.Sprintf("K = %d: checked pipeline / raw pipeline", k), A: chk, B: other("raw-pipeline", k, 0), Ref: true},
+			&pairTarget{Label: fmt.Sprintf("K = %d: slotlock / checked pipeline", k), A: sl(k, 0), B: chk, Ref: true},
+		)
 	}
 	for _, rtt := range bench.RTTs[1:] {
 		at := " (RTT " + ms(rtt) + ")"
@@ -167,5 +186,8 @@ func (t *pairTarget) progress() string {
 		return fmt.Sprintf("target %s: FAILED: %v", t.Label, t.Err)
 	}
 	m, _ := t.median()
+	if t.Ref {
+		return fmt.Sprintf("reference %s: median %.2f× of rounds %s", t.Label, m, t.ratios())
+	}
 	return fmt.Sprintf("target %s: median %.2f× of rounds %s (need ≥ %.2f×)", t.Label, m, t.ratios(), t.Need)
 }

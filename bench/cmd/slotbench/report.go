@@ -174,6 +174,9 @@ func markdown(m *machine, rows []row, pairs []*pairTarget, profs map[int]*profil
 	for _, f := range bench.Contenders {
 		p("| %s | %s |\n", f.Name, f.About)
 	}
+	for _, f := range bench.Probes {
+		p("| %s | %s (a reference for the targets' pairs, not in the matrix) |\n", f.Name, f.About)
+	}
 	p("\n")
 
 	writeWire(&b, m)
@@ -220,6 +223,9 @@ func pairCell(t *pairTarget) string {
 	m, ok := t.median()
 	if !ok {
 		return "n/a"
+	}
+	if t.Ref {
+		return fmt.Sprintf("**%.2f×** (%s)", m, t.ratios())
 	}
 	return fmt.Sprintf("**%.2f×** (%s) %s", m, t.ratios(), verdict(m >= t.Need))
 }

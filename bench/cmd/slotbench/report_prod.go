@@ -62,6 +62,9 @@ func writeTargets(b *strings.Builder, rp report, pairs []*pairTarget, m *machine
 	p("*Matrix* is the ratio of the two single cells in the tables below.\n\n")
 	p("| target | required | paired: median (rounds) | matrix |\n|---|---:|---:|---:|\n")
 	for _, t := range pairs {
+		if t.Ref {
+			continue
+		}
 		m := "n/a"
 		if r, ok := rp.ratio(t.A.Contender, t.B.Contender, t.A.K, t.A.W, t.A.Hot, t.A.RTT); ok {
 			m = fmt.Sprintf("%.2f× %s", r, verdict(r >= t.Need))
@@ -76,6 +79,7 @@ func writeTargets(b *strings.Builder, rp report, pairs []*pairTarget, m *machine
 			p("\n")
 		}
 	}
+	writeOwnerCheck(b, pairs)
 	p("\nContended waits, slotlock against the best peer of each paired round:\n\n")
 	p("| pair | slotlock wait p99 per round | peer's | slotlock's longest wait |\n|---|---|---|---:|\n")
 	for _, t := range pairs {
@@ -93,6 +97,53 @@ func writeTargets(b *strings.Builder, rp report, pairs []*pairTarget, m *machine
 		p("| %s | %s | %s | %s |\n", t.Label, strings.Join(a, ", "), strings.Join(bb, ", "), ms(worst))
 	}
 	p("\n")
+}
+
+// writeOwnerCheck reads the reference pairs: how close the owner check
+// alone lets any lock come to the raw pipeline on loopback, and how close
+// slotlock comes to that, against what each loopback target asks.
+func writeOwnerCheck(b *strings.Builder, pairs []*pairTarget) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	find := func(label string) *pairTarget {
+		for _, t := range pairs {
+			if t.Label == label {
+				return t
+			}
+		}
+		return nil
+	}
+	var rows []string
+	for _, k := range refKs {
+		chk := find(fmt.Sprintf("K = %d: checked pipeline / raw pipeline", k))
+		sl := find(fmt.Sprintf("K = %d: slotlock / checked pipeline", k))
+		target := find(fmt.Sprintf("K = %d: slotlock / raw pipeline", k))
+		if chk == nil || sl == nil {
+			continue
+		}
+		mc, okC := chk.median()
+		_, okS := sl.median()
+		if chk.Err != nil || sl.Err != nil || !okC || !okS {
+			rows = append(rows, fmt.Sprintf("| %d | %s | %s | – | – |\n", k, pairCell(chk), pairCell(sl)))
+			continue
+		}
+		need, needSl := "–", "–"
+		if target != nil {
+			need = fmt.Sprintf("%.2f×", target.Need)
+			needSl = fmt.Sprintf("%.2f×", target.Need/mc)
+		}
+		rows = append(rows, fmt.Sprintf("| %d | %s | %s | %s | %s |\n", k, pairCell(chk), pairCell(sl), need, needSl))
+	}
+	if len(rows) == 0 {
+		return
+	}
+	p("\n**The price of the owner check.** A lock must not delete a key that expired and was taken by someone else, so its release compares the key's value with its token before deleting; Redis 7.0 has no command that does both, so that is a script, and a script costs the master two commands per key (GET, DEL) run from Lua where the raw pipeline sends one plain DEL. ")
+	p("*checked pipeline* is the raw pipeline with nothing added but that: the same SET NX PX in one DoMulti, then one call per master of the smallest owner-checked release script (`bench/scripts/release_node.lua`: GET every key, DEL those still holding the token), all in one DoMulti. ")
+	p("It is not in the matrix: these reference pairs run it alternately with the raw pipeline, and with slotlock, as the targets' pairs do. ")
+	p("Its ratio to the raw pipeline is a ceiling for every lock that takes keys with SET NX and releases them owner-checked, as slotlock does, on this server; a target divided by it is what slotlock would have to make against the checked pipeline to meet that target (above 1×: out of reach by any such lock). Where slotlock's own part of the gap goes is measured in docs/design.md (\"What the owner check costs, on loopback\").\n\n")
+	p("| K | checked pipeline / raw pipeline | slotlock / checked pipeline | target: slotlock / raw | slotlock / checked pipeline needed for it |\n|---:|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		p("%s", r)
+	}
 }
 
 func writeThroughput(b *strings.Builder, rp report) {

@@ -76,3 +76,37 @@ func TestOwnerCheckSentence(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnerCheckTable: the reference pairs are kept out of the targets
+// table and read in their own: the checked pipeline's ratio to the raw
+// pipeline, slotlock's to it, and what slotlock would need against it to
+// meet the target (the target over the checked pipeline's ratio).
+func TestOwnerCheckTable(t *testing.T) {
+	pairs := targetPairs(nil)
+	set := map[string][]float64{
+		"K = 100: slotlock / raw pipeline":         {0.80, 0.81, 0.79},
+		"K = 100: checked pipeline / raw pipeline": {0.88, 0.87, 0.86},
+		"K = 100: slotlock / checked pipeline":     {0.91, 0.92, 0.90},
+	}
+	var got []*pairTarget
+	for _, p := range pairs {
+		if r, ok := set[p.Label]; ok {
+			p.Ratios = r
+			got = append(got, p)
+		}
+	}
+	if len(got) != len(set) {
+		t.Fatalf("targetPairs has %d of the pairs %v", len(got), set)
+	}
+	var b strings.Builder
+	writeTargets(&b, report{}, got, &machine{})
+	out := b.String()
+	if strings.Contains(out, "| K = 100: checked pipeline / raw pipeline | ≥") {
+		t.Errorf("a reference pair is listed as a target:\n%s", out)
+	}
+	// 0.85 / 0.87 = 0.977.
+	want := "| 100 | **0.87×** (0.88, 0.87, 0.86) | **0.91×** (0.91, 0.92, 0.90) | 0.85× | 0.98× |"
+	if !strings.Contains(out, want) {
+		t.Errorf("missing %q in:\n%s", want, out)
+	}
+}
