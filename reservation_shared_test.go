@@ -213,3 +213,117 @@ func TestRequestWaiterKeepsThePrefixProtocol(t *testing.T) {
 	require.NoError(t, <-rDone)
 	require.Empty(t, e.lockKeys())
 }
+
+// firstAndLast returns the first and the last of n keys named after base,
+// in canonical order: a request holds the first as its prefix while it
+// waits for the last.
+func firstAndLast(base string, n int) (first, last string) {
+	for _, k := range slot.Sorted(keysN(base, n)) {
+		if first == "" {
+			first = k.Name
+		}
+		last = k.Name
+	}
+	return first, last
+}
+
+// A request that finds a shared key with a waiter by reservation before
+// it in the key's line (writer preference) gives its prefix back before
+// it waits: that waiter holds no key, and may wait for the prefix
+// (shared_acquire.lua reports the key as reserved). Before, the request
+// kept its prefix for a third of its TTL per wait: in the fault suite's
+// mixed workloads, plain Locks by reservation and requests stalled each
+// other to a few grants a second (docs/faults.md). Mutation: line_ahead
+// never saying "by reservation" (x stays the request's).
+func TestPrefixWaiterYieldsBehindReservationWaiter(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	x, b := firstAndLast("yb", 16)
+	opt := slotlock.Options{TTL: 30 * time.Second}
+	reader, err := e.locker(opt).Acquire(ctx, slotlock.Request{Shared: []string{b}})
+	require.NoError(t, err)
+	wDone := make(chan error, 1)
+	go func() {
+		l, err := e.locker(opt).Lock(ctx, b) // waits by reservation, in b's line
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		wDone <- err
+	}()
+	require.Eventually(t, func() bool { return e.queueLen(ctx, b) == 1 }, 10*time.Second, time.Millisecond)
+	require.Contains(t, e.lineMembers(ctx, b)[0], " ", "the writer waits by reservation")
+
+	rDone := make(chan error, 1)
+	go func() {
+		l, err := e.locker(opt).Acquire(ctx, slotlock.Request{Exclusive: []string{x}, Shared: []string{b}, Wait: slotlock.WaitForever})
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		rDone <- err
+	}()
+	require.Eventually(t, func() bool { return e.queueLen(ctx, b) == 2 }, 10*time.Second, time.Millisecond, "the request stands in b's line")
+	// Its attempt took x first; it gives x back before it waits (the
+	// trim runs beside the wait), and holds nothing while it waits.
+	require.Eventually(t, func() bool { return e.lockValue(ctx, x) == "" }, 3*time.Second, time.Millisecond,
+		"the request kept its prefix x behind a waiter by reservation")
+	select {
+	case err := <-rDone:
+		t.Fatalf("the request returned while b was the writer's to come: %v", err)
+	default:
+	}
+	require.NoError(t, reader.Release(ctx)) // b goes to the writer, then to the request
+	require.NoError(t, <-wDone)
+	require.NoError(t, <-rDone)
+	require.Empty(t, e.lockKeys())
+}
+
+// A request waiting in a key's line, its prefix held, whose key a release
+// then hands to a waiter by reservation standing before it (an older
+// ticket), gives its prefix back at its next join instead of at the end
+// of its wait (a third of its TTL): join.lua says the key is reserved for
+// another. The waiter by reservation is written into the line by hand
+// here (an entry 'token inbox' with an old ticket, its reservation renewed
+// by hand), as a waiter whose ticket is older than the request's place
+// joins before it. Mutation:
+// the waker ignoring join.lua's "reserved" (x stays the request's for 10
+// s).
+func TestPrefixWaiterYieldsWhenItsKeyIsReserved(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	x, b := firstAndLast("yr", 16)
+	opt := slotlock.Options{TTL: 30 * time.Second}
+	h, err := e.locker(opt).Lock(ctx, b)
+	require.NoError(t, err)
+	rDone := make(chan error, 1)
+	go func() {
+		l, err := e.locker(opt).Acquire(ctx, slotlock.Request{Exclusive: []string{x}, Shared: []string{b}, Wait: slotlock.WaitForever})
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		rDone <- err
+	}()
+	require.Eventually(t, func() bool { return e.queueLen(ctx, b) == 1 && e.lockValue(ctx, x) != "" }, 10*time.Second, time.Millisecond,
+		"the request holds x and waits in b's line")
+
+	names, err := slot.NewNamer(e.prefix)
+	require.NoError(t, err)
+	s := slot.KeySlot(b)
+	q, qd := names.QueueKeysInSlot(b, s)
+	entry := "older-waiter " + names.InboxInSlot("older", s)
+	require.NoError(t, e.client.Do(ctx, e.client.B().Zadd().Key(q).ScoreMember().ScoreMember(1, entry).Build()).Error())
+	require.NoError(t, e.client.Do(ctx, e.client.B().Zadd().Key(qd).ScoreMember().ScoreMember(99999999999999, entry).Build()).Error())
+	require.NoError(t, h.Release(ctx)) // hands b to the older waiter, which never comes
+	res, ok := lockval.ParseReserved(e.lockValue(ctx, b))
+	require.True(t, ok, "b is reserved")
+	require.Equal(t, "older-waiter", res.Waiter)
+	// The older waiter renews its reservation while it waits, as a live
+	// one does (a third of ReserveTTL), until the request lets x go.
+	lock := names.LockKey(b)
+	require.Eventually(t, func() bool {
+		_ = e.client.Do(ctx, e.client.B().Pexpire().Key(lock).Milliseconds(lockval.ReserveTTL.Milliseconds()).Build()).Error()
+		return e.lockValue(ctx, x) == ""
+	}, 3*time.Second, lockval.ReserveTTL/5, "the request kept its prefix x while b was reserved for an older waiter")
+	// The reservation lapses (ReserveTTL); the request then takes both.
+	require.NoError(t, <-rDone)
+	require.Empty(t, e.lockKeys())
+}

@@ -112,7 +112,8 @@ func (e *Engine) Wait(ctx context.Context, set *protocol.Set, i int, c protocol.
 		return protocol.SleepCtx(ctx, fallback(c.TTL, attempt, limit))
 	}
 	q, qd := set.QueueKeys(i)
-	at := line{lock: set.Lock[i], queue: q, deadlines: qd, waiter: waiterOf(r.Who), holder: r.Who.Holder, cleanup: r.CleanupTimeout}
+	at := line{lock: set.Lock[i], queue: q, deadlines: qd, waiter: waiterOf(r.Who), holder: r.Who.Holder, cleanup: r.CleanupTimeout,
+		onReserved: c.Reserved}
 	return e.waker.wait(ctx, at, c.TTL, attempt, limit)
 }
 

@@ -2,6 +2,7 @@ package batch
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -168,6 +169,9 @@ type line struct {
 	lock, queue, deadlines string
 	waiter, holder         string
 	cleanup                time.Duration // bounds the leave of a waiter that gave up
+	// onReserved: the wait began at a key reserved for another waiter
+	// (protocol.Conflict.Reserved), so the waiter keeps no prefix.
+	onReserved bool
 }
 
 // wait returns when the key at.lock may be free or handed to at.waiter: a
@@ -250,7 +254,10 @@ func (w *waker) wait(ctx context.Context, at line, holderTTL time.Duration, atte
 	}()
 	for tick := 0; ; tick++ {
 		joined = true
-		n, err := joinScript.Exec(ctx, w.client, []string{at.lock, at.queue, at.deadlines}, []string{at.waiter, at.holder}).AsInt64()
+		got, err := joinScript.Exec(ctx, w.client, []string{at.lock, at.queue, at.deadlines}, []string{at.waiter, at.holder}).AsIntSlice()
+		if err == nil && len(got) != 2 {
+			err = fmt.Errorf("join.lua: reply %v, want 2 integers", got)
+		}
 		if err != nil {
 			// A moving slot (TRYAGAIN while the key and its line are
 			// split between two nodes), a lost reply, a refused
@@ -260,8 +267,17 @@ func (w *waker) wait(ctx context.Context, at line, holderTTL time.Duration, atte
 			err := waitTimer(ctx, timer, released)
 			return err
 		}
+		n, reserved := got[0], got[1] == 1
 		if n == 0 {
 			return nil // free, ours or handed to us: try now
+		}
+		if reserved && !at.onReserved {
+			// Reserved for another waiter since the attempt that
+			// started this wait: try now, so that the protocol gives
+			// back the prefix this waiter may keep (that waiter may
+			// be waiting for it) and then waits for the key holding
+			// nothing. Waiting on would keep the prefix until limit.
+			return nil
 		}
 		// In line. The release hands the key over and says so; the
 		// ticks cover what sends no message (an expiry) and a message

@@ -9,13 +9,17 @@
 -- ARGV[1] the waiter (its lease token), ARGV[2] its holder (the lease
 --         token, or the owner token of a reentrant lease)
 --
--- Returns 0 when the waiter should try now (the key is free, reserved for
--- it, or its own), else the key's remaining time in ms (-1: no expiry)
--- after joining its queue and marking it.
+-- Returns {0, 0} when the waiter should try now (the key is free,
+-- reserved for it, or its own), else, after joining its queue and
+-- marking it, {the key's remaining time in ms (-1: no expiry), 1 if the
+-- key is reserved for another waiter, else 0}: a waiter that keeps a
+-- prefix must give it back before it waits for a reserved key (the
+-- protocol's rule), so the reservation is news to it.
 local k, waiter, holder = KEYS[1], ARGV[1], ARGV[2]
 local v = redis.call('GET', k)
-if not v or reserved_for(v) == waiter or v == holder or holder_of(v) == holder then
-  return 0
+local r = v and reserved_for(v)
+if not v or r == waiter or v == holder or holder_of(v) == holder then
+  return {0, 0}
 end
 read_queue(k) -- before the first write
 local left = redis.call('PTTL', k)
@@ -23,4 +27,4 @@ enqueue(k, v, waiter)
 if left == 0 then
   left = 1
 end
-return left
+return {left, r and 1 or 0}

@@ -199,24 +199,32 @@ local function my_shared_hold(k, me, now)
 end
 
 -- line_ahead reports whether a live waiter stands before me in lock key
--- k's line (all of the line's live waiters when me is not in it). Reads
--- only.
+-- k's line (all of the line's live waiters when me is not in it), and
+-- whether one of those is a waiter by reservation (its entry is 'token
+-- inbox'): that one holds no key and may wait for keys the caller holds,
+-- so the caller must not wait behind it keeping any (shared_acquire.lua
+-- reports such a key as reserved). Reads only.
 local function line_ahead(k, me, now)
   local q, qd = queue_keys(k)
   local live = redis.call('ZRANGE', qd, '(' .. string.format('%d', now), '+inf', 'BYSCORE')
   local mine = redis.call('ZSCORE', q, me)
+  local ahead, by_reservation = false, false
   for _, w in ipairs(live) do
     if w ~= me then
-      if not mine then
-        return true
+      local before = not mine
+      if not before then
+        local s = redis.call('ZSCORE', q, w)
+        before = s and tonumber(s) < tonumber(mine)
       end
-      local s = redis.call('ZSCORE', q, w)
-      if s and tonumber(s) < tonumber(mine) then
-        return true
+      if before then
+        ahead = true
+        if string.find(w, ' ', 1, true) then
+          return true, true
+        end
       end
     end
   end
-  return false
+  return ahead, false
 end
 
 -- prune deletes the fields of holders whose expiry passed.

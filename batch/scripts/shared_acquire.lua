@@ -48,6 +48,7 @@ local now = now_ms()
 local conflicts = {}
 local stop = last + 1 -- first entry not taken
 local vals, hold, handed = {}, {}, {}
+local yields = {} -- keys whose line has a waiter by reservation before us
 for i = first, last do
   local k = keys[i]
   local busy = nil -- remaining time of what keeps the entry from us
@@ -64,10 +65,15 @@ for i = first, last do
     elseif queued then
       handed[i] = read_queue(k)
     end
+    local ahead, behind_reservation = false, false
+    if v and is_shared(v) and string.byte(v, -1) == 33 then -- '!'
+      ahead, behind_reservation = line_ahead(k, me, now)
+    end
     if v and not is_shared(v) then
       busy = redis.call('PTTL', k)
-    elseif v and string.byte(v, -1) == 33 and line_ahead(k, me, now) then -- '!'
+    elseif ahead then
       busy = redis.call('PTTL', k)
+      yields[i] = behind_reservation
     elseif v then
       local tok = string.sub(holder_of(v), 2) -- the one holder, or '' (set form)
       hold[i] = {inline = tok ~= '' and tok or nil, mine = tok == me}
@@ -97,8 +103,11 @@ for i = first, last do
     end
     -- A key reserved for a waiter is reported negated, as acquire.lua
     -- does: the protocol gives its whole prefix back before it waits for
-    -- one (a waiter by reservation may be waiting for that prefix).
-    conflicts[#conflicts + 1] = (vals[i] and reserved_for(vals[i])) and first - i - 1 or i - first + 1
+    -- one (a waiter by reservation may be waiting for that prefix). So is
+    -- a shared key whose line has a waiter by reservation before us
+    -- (writer preference): waiting behind it is waiting for it.
+    local reserved = (vals[i] and reserved_for(vals[i])) or yields[i]
+    conflicts[#conflicts + 1] = reserved and first - i - 1 or i - first + 1
     conflicts[#conflicts + 1] = busy
     if wait or #conflicts >= 128 then
       break
