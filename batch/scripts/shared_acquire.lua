@@ -70,15 +70,18 @@ for i = first, last do
       busy = redis.call('PTTL', k)
     elseif v then
       local tok = string.sub(holder_of(v), 2) -- the one holder, or '' (set form)
-      hold[i] = {inline = tok ~= '' and tok or nil, mine = tok == me}
+      local h = {inline = tok ~= '' and tok or nil, mine = tok == me}
       if tok ~= me then
         -- The write phase will ZADD to the holders set: read it now. In a
         -- slot MIGRATING away a set missing here fails the call on the
         -- command that touches it ("non local key") and Redis keeps what
         -- was written before: this read makes that refusal come before
-        -- any write.
-        redis.call('EXISTS', shared_key(k))
+        -- any write. It reads the set's expiry, which shared_cover needs
+        -- (nothing this call writes before it changes that expiry but
+        -- the set form's creation, which reads it again).
+        h.sexp = redis.call('PEXPIRETIME', shared_key(k))
       end
+      hold[i] = h
     end
     vals[i] = v or false
   else
@@ -135,9 +138,10 @@ for i = first, stop - 1 do
         redis.call('ZADD', s, string.format('%d', now + left), r.inline)
         redis.call('SET', k, SHARED .. mark, 'KEEPTTL')
         redis.call('PEXPIRE', s, math.max(left, ttl))
+        r.sexp = nil -- changed: shared_cover reads it
       end
       redis.call('ZADD', s, exp, me)
-      shared_cover(k, s, now + ttl)
+      shared_cover(k, s, now + ttl, r.sexp)
     end
     if handed[i] and more then
       -- Readers behind us in the line may join us now (those behind a
