@@ -119,14 +119,17 @@ end
 -- shared_holders says how lock key k, whose shared value is v, is held:
 -- inline is the one holder's token in the one-holder form (nil in the set
 -- form), and mine whether me holds it now (in the set form: a live score,
--- exp).
+-- exp, as ZSCORE gave it in score; s is the holders set's name, built
+-- once for the caller).
 local function shared_holders(k, v, me, now)
   local tok = string.sub(holder_of(v), 2)
   if tok ~= '' then
     return {inline = tok, mine = tok == me}
   end
-  local exp = tonumber(redis.call('ZSCORE', shared_key(k), me) or '0')
-  return {mine = exp > now, exp = exp}
+  local s = shared_key(k)
+  local score = redis.call('ZSCORE', s, me)
+  local exp = tonumber(score or '0')
+  return {mine = exp > now, exp = exp, score = score, s = s}
 end
 
 -- shared_latest returns the latest live expiry in holders set s of a
@@ -146,7 +149,8 @@ local function shared_latest(s, now, me)
 end
 
 -- shared_rest returns what a release of holder me, whose live score in
--- holders set s is exp, needs to know of the others: exp itself when one
+-- holders set s is exp (score: the same as ZSCORE wrote it, which ZCOUNT
+-- takes back without a string.format), needs to know of the others: exp itself when one
 -- of them expires no earlier than me (the release then only takes me
 -- out: nothing need shorten), else shared_latest's answer (nil when no
 -- other is live). The common case, a leaver that did not join last, costs
@@ -156,8 +160,8 @@ end
 -- for shared_latest's reason.
 -- It also returns that count (holders expiring no earlier than me, me
 -- included), for shared_leave.
-local function shared_rest(s, now, me, exp)
-  local n = redis.call('ZCOUNT', s, string.format('%d', exp), '+inf')
+local function shared_rest(s, now, me, exp, score)
+  local n = redis.call('ZCOUNT', s, score, '+inf')
   if n > 1 then
     return exp, n
   end
@@ -225,26 +229,22 @@ end
 -- my_shared_hold says how me holds shared lock key k: 1 as its one
 -- holder, 2 the same with a waiter's mark, a shared_holders table (with
 -- marked) in the set form, false when not at all. now is read only when
--- needed (nil otherwise) and returned.
-local alone = {} -- me -> {SHARED .. me, SHARED .. me .. '!'}, built once per call
+-- needed (nil otherwise) and returned. The one-holder values, SHARED ..
+-- me with or without the mark, are told by their length and a plain find
+-- of me right after SHARED, without building them as strings.
 local function my_shared_hold(k, me, now)
-  local a = alone[me]
-  if not a then
-    a = {SHARED .. me, SHARED .. me .. '!'}
-    alone[me] = a
-  end
   local v = redis.call('GET', k)
-  if v == a[1] then
-    return 1, now
-  elseif v == a[2] then
-    return 2, now
-  elseif v and is_shared(v) then
-    now = now or now_ms()
-    local st = shared_holders(k, v, me, now)
-    st.marked = string.byte(v, -1) == 33 -- '!'
-    return st.mine and st, now
+  if not v or not is_shared(v) then
+    return false, now
   end
-  return false, now
+  local extra = #v - #me -- 1: SHARED .. me, 2: SHARED .. me .. '!'
+  if (extra == 1 or (extra == 2 and string.byte(v, -1) == 33)) and string.find(v, me, 2, true) == 2 then
+    return extra, now
+  end
+  now = now or now_ms()
+  local st = shared_holders(k, v, me, now)
+  st.marked = string.byte(v, -1) == 33 -- '!'
+  return st.mine and st, now
 end
 
 -- line_ahead reports whether a live waiter stands before me in lock key

@@ -79,7 +79,8 @@ for i = first, last do
         -- any write. It reads the set's expiry, which shared_cover needs
         -- (nothing this call writes before it changes that expiry but
         -- the set form's creation, which reads it again).
-        h.sexp = redis.call('PEXPIRETIME', shared_key(k))
+        h.s = shared_key(k)
+        h.sexp = redis.call('PEXPIRETIME', h.s)
       end
       hold[i] = h
     end
@@ -129,7 +130,7 @@ for i = first, stop - 1 do
     elseif r.mine and r.inline then
       later_expiry(k, ttl)
     else
-      local s = shared_key(k)
+      local s = r.s
       if r.inline then
         -- A second holder: the key turns to the set form, its first
         -- holder keeping the key's expiry as its own.

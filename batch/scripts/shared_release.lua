@@ -33,7 +33,7 @@ for i = first, last do
     read_queue(k) -- before the first write
   end
   if type(st) == 'table' and not permits then
-    st.last, st.later = shared_rest(shared_key(k), now, me, st.exp) -- before the first write
+    st.last, st.later = shared_rest(st.s, now, me, st.exp, st.score) -- before the first write
   end
   state[i] = st
   if not st then
@@ -50,7 +50,7 @@ for i = first, last do
     -- rest: the latest expiry of the others, or ours when one of them
     -- expires no earlier (read before the first write: shared_latest in
     -- shared.lua says why).
-    local rest, h = st.last, permits and k or shared_key(k)
+    local rest, h = st.last, permits and k or st.s
     if not rest then -- no one else
       redis.call('DEL', h)
       if st.marked then
