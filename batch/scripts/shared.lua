@@ -148,18 +148,17 @@ local function shared_latest(s, now, me)
   return last[2] and tonumber(last[2])
 end
 
--- shared_rest returns what a release of holder me, whose live score in
--- holders set s is exp (score: the same as ZSCORE wrote it, which ZCOUNT
--- takes back without a string.format), needs to know of the others: exp itself when one
--- of them expires no earlier than me (the release then only takes me
--- out: nothing need shorten), else shared_latest's answer (nil when no
--- other is live). The common case, a leaver that did not join last, costs
--- one ZCOUNT (an integer reply) instead of shared_latest's ZRANGE with
--- scores, about a microsecond less on a set of 50 holders. Scores above
--- exp are live (exp is), so the count needs no bound at now. Reads only,
--- for shared_latest's reason.
--- It also returns that count (holders expiring no earlier than me, me
--- included), for shared_leave.
+-- shared_rest returns what a release of holder me needs to know of the
+-- others, me's live score in holders set s being exp (score: as ZSCORE
+-- wrote it, which ZCOUNT takes back without a string.format): exp itself
+-- when one of them expires no earlier than me (the release then only
+-- takes me out: nothing need shorten), else shared_latest's answer (nil
+-- when no other is live); and the count of holders expiring no earlier
+-- than me, me included, for shared_leave. The common case, a leaver that
+-- did not join last, costs one ZCOUNT (an integer reply) instead of
+-- shared_latest's ZRANGE with scores, about a microsecond less on a set
+-- of 50 holders. Scores at or above exp are live (exp is), so the count
+-- needs no bound at now. Reads only, for shared_latest's reason.
 local function shared_rest(s, now, me, exp, score)
   local n = redis.call('ZCOUNT', s, score, '+inf')
   if n > 1 then

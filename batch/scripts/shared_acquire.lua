@@ -46,9 +46,10 @@ if not permits and not queued then
     -- The other common case, one key held shared by several and not
     -- marked: a join, the general path's below for that value (read the
     -- holders set before writing: its expiry; then ZADD and cover)
-    -- without its tables and loops, which cost the node about 2 us of a
-    -- join's 8 under 100 readers of one key. A marked key (a line to
-    -- check) and the one-holder form (the second holder turns it) go on.
+    -- without its tables and loops, which cost the node about 2 us per
+    -- join under 100 readers of one key (docs/design.md, "Cheaper set
+    -- operations"). A marked key (a line to check) and the one-holder
+    -- form (the second holder turns it) go on.
     local now = now_ms()
     local k = keys[first]
     local s = shared_key(k)
