@@ -414,3 +414,73 @@ func TestRequestInspect(t *testing.T) {
 	require.NoError(t, b.Release(ctx))
 	require.NoError(t, a.Release(ctx))
 }
+
+// TestSharedReleaseKeepsTheLatestExpiry: a reader's release takes the key
+// and its holders set down to the latest remaining reader's expiry when it
+// had the latest one itself, and leaves them when another expires no
+// earlier (shared_rest in batch/scripts/shared.lua). A holders set that
+// grows past SKIPLIST_AT members is turned into a skiplist by the release
+// that finds exactly that many holders at or after its own expiry, and
+// keeps only real holders.
+func TestSharedReleaseKeepsTheLatestExpiry(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			e := newEnv(t)
+			l := e.locker(slotlock.Options{PerSlot: m.perSlot, TTL: time.Minute})
+			ctx := ctxT(t, 30*time.Second)
+			names, err := slot.NewNamer(e.prefix)
+			require.NoError(t, err)
+			pttl := func(k string) int64 {
+				t.Helper()
+				n, err := e.client.Do(ctx, e.client.B().Pttl().Key(k).Build()).AsInt64()
+				require.NoError(t, err)
+				return n
+			}
+			key := names.LockKey("r")
+			set := names.SharedKeyInSlot("r", slot.KeySlot("r"))
+			shared := func(ttl time.Duration) *slotlock.Lease {
+				t.Helper()
+				le, err := l.Acquire(ctx, slotlock.Request{Shared: []string{"r"}, TTL: ttl})
+				require.NoError(t, err)
+				return le
+			}
+
+			short := shared(5 * time.Second)
+			long := shared(time.Minute)
+			require.Greater(t, pttl(key), int64(50_000))
+			require.Greater(t, pttl(set), int64(50_000))
+			require.NoError(t, long.Release(ctx))
+			for _, k := range []string{key, set} {
+				n := pttl(k)
+				require.True(t, n > 0 && n <= 5_000, "%q after the latest reader left: PTTL %d", k, n)
+			}
+			// The later reader stays: the earlier one's release changes no
+			// expiry.
+			long = shared(time.Minute)
+			require.NoError(t, short.Release(ctx))
+			require.Greater(t, pttl(key), int64(50_000))
+			require.Greater(t, pttl(set), int64(50_000))
+
+			// 40 readers, left in the order they came: the 9th release
+			// finds 32 at or after its own expiry.
+			var readers []*slotlock.Lease
+			for range 39 {
+				readers = append(readers, shared(time.Minute))
+			}
+			readers = append([]*slotlock.Lease{long}, readers...)
+			for _, le := range readers[:9] {
+				require.NoError(t, le.Release(ctx))
+			}
+			enc, err := e.client.Do(ctx, e.client.B().ObjectEncoding().Key(set).Build()).ToString()
+			require.NoError(t, err)
+			require.Equal(t, "skiplist", enc, "the holders set after the release that found 32 holders")
+			members, err := e.client.Do(ctx, e.client.B().Zrange().Key(set).Min("0").Max("-1").Build()).AsStrSlice()
+			require.NoError(t, err)
+			require.Len(t, members, 31, "the 31 readers left, nothing else: %q", members)
+			for _, le := range readers[9:] {
+				require.NoError(t, le.Release(ctx))
+			}
+			require.Empty(t, e.lockKeys())
+		})
+	}
+}

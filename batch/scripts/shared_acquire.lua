@@ -42,6 +42,22 @@ if not permits and not queued then
   if r then
     return r
   end
+  if first == last and seen_v == SHARED then
+    -- The other common case, one key held shared by several and not
+    -- marked: a join, the general path's below for that value (read the
+    -- holders set before writing: its expiry; then ZADD and cover)
+    -- without its tables and loops, which cost the node about 2 us per
+    -- join under 100 readers of one key (docs/design.md, "Cheaper set
+    -- operations"). A marked key (a line to check) and the one-holder
+    -- form (the second holder turns it) go on.
+    local now = now_ms()
+    local k = keys[first]
+    local s = shared_key(k)
+    local sexp = redis.call('PEXPIRETIME', s)
+    redis.call('ZADD', s, string.format('%d', now + ttl), me)
+    shared_cover(k, s, now + ttl, sexp)
+    return {1, 0}
+  end
 end
 
 local now = now_ms()
@@ -76,15 +92,19 @@ for i = first, last do
       yields[i] = behind_reservation
     elseif v then
       local tok = string.sub(holder_of(v), 2) -- the one holder, or '' (set form)
-      hold[i] = {inline = tok ~= '' and tok or nil, mine = tok == me}
+      local h = {inline = tok ~= '' and tok or nil, mine = tok == me}
       if tok ~= me then
         -- The write phase will ZADD to the holders set: read it now. In a
         -- slot MIGRATING away a set missing here fails the call on the
         -- command that touches it ("non local key") and Redis keeps what
         -- was written before: this read makes that refusal come before
-        -- any write.
-        redis.call('EXISTS', shared_key(k))
+        -- any write. It reads the set's expiry, which shared_cover needs
+        -- (nothing this call writes before it changes that expiry but
+        -- the set form's creation, which reads it again).
+        h.s = shared_key(k)
+        h.sexp = redis.call('PEXPIRETIME', h.s)
       end
+      hold[i] = h
     end
     vals[i] = v or false
   else
@@ -135,7 +155,7 @@ for i = first, stop - 1 do
     elseif r.mine and r.inline then
       later_expiry(k, ttl)
     else
-      local s = shared_key(k)
+      local s = r.s
       if r.inline then
         -- A second holder: the key turns to the set form, its first
         -- holder keeping the key's expiry as its own.
@@ -144,9 +164,10 @@ for i = first, stop - 1 do
         redis.call('ZADD', s, string.format('%d', now + left), r.inline)
         redis.call('SET', k, SHARED .. mark, 'KEEPTTL')
         redis.call('PEXPIRE', s, math.max(left, ttl))
+        r.sexp = nil -- changed: shared_cover reads it
       end
       redis.call('ZADD', s, exp, me)
-      shared_cover(k, s, now + ttl)
+      shared_cover(k, s, now + ttl, r.sexp)
     end
     if handed[i] and more then
       -- Readers behind us in the line may join us now (those behind a

@@ -33,7 +33,7 @@ for i = first, last do
     read_queue(k) -- before the first write
   end
   if type(st) == 'table' and not permits then
-    st.last = shared_latest(shared_key(k), now, me) -- before the first write
+    st.last, st.later = shared_rest(st.s, now, me, st.exp, st.score) -- before the first write
   end
   state[i] = st
   if not st then
@@ -47,9 +47,10 @@ for i = first, last do
   elseif st == 2 then
     hand_off(k, now)
   elseif st then
-    -- rest: the latest expiry of the others (read before the first write:
-    -- shared_latest in shared.lua says why).
-    local rest, h = st.last, permits and k or shared_key(k)
+    -- rest: the latest expiry of the others, or ours when one of them
+    -- expires no earlier (read before the first write: shared_latest in
+    -- shared.lua says why).
+    local rest, h = st.last, permits and k or st.s
     if not rest then -- no one else
       redis.call('DEL', h)
       if st.marked then
@@ -62,7 +63,7 @@ for i = first, last do
         st.dead[#st.dead + 1] = me
         prune(k, st.dead)
       else
-        redis.call('ZREM', h, me)
+        shared_leave(h, me, st.later)
       end
       if permits or rest < st.exp then
         -- Ours was the latest expiry: bring the keys down to the latest
