@@ -100,6 +100,7 @@ local function own_entries(k)
   end
   return found, n > #found
 end
+
 for i = first, last do
   local v = redis.pcall('GET', keys[i])
   if type(v) == 'table' and v.err then
