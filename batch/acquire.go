@@ -56,6 +56,9 @@ func (e *Engine) Attempt(ctx context.Context, set *protocol.Set, from int, r *pr
 	if r.Fencing {
 		mode += "f"
 	}
+	if opt.Mode == protocol.Confirm {
+		mode += ":" + opt.Ticket // its queue entries' score (acquire.lua)
+	}
 	ttl := strconv.FormatInt(r.TTL.Milliseconds(), 10)
 	jobs := kindJobs(set, idx, job{s: acquireScript, head: []string{r.Who.Holder, r.Who.Lease, ttl, mode},
 		fence: r.Fencing, holds: r.Who.Lease != "", queue: mode[0] == 'v' || mode[0] == 'c'},

@@ -193,3 +193,60 @@ func TestReserveMigratingQueueEmptiedByItself(t *testing.T) {
 		})
 	}
 }
+
+// TestReserveMigratingHandOffToTheLastEntry runs reserve.lua itself (node
+// form, mode 'r') for [A, B] on one master: A free in a stable slot, B
+// the caller's reservation, marked, in a slot MIGRATING on this node, its
+// line holding one live waiter older than the caller (which joined after
+// B was reserved and asked the caller to yield: rule Y). The call hands
+// B to that waiter and puts the caller in B's line. Handing B off first
+// popped the line's last entry (deleting the line), and the join after
+// it read the deleted line: a "non local key" refusal after A's
+// reservation and B's hand-off were written, which the engine reads as
+// nothing written. The call must succeed: A the caller's, B the older
+// waiter's reservation, marked, the caller alone in B's line. (A free B
+// cannot show it: its GET is refused first, with nothing written.)
+func TestReserveMigratingHandOffToTheLastEntry(t *testing.T) {
+	c := redistest.StartForTest(t, redistest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	names, err := slot.NewNamer("migho")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newMigratingPair(ctx, t, c, names)
+	lockA, lockB := names.LockKey(p.keyA), names.LockKey(p.keyB)
+	q, qd := names.QueueKeysInSlot(p.keyB, slot.KeySlot(p.keyB))
+	const waiter, ticket, inbox = "w1", "2000", "inbox1"
+	const older = "w0 inbox0" // ticket 1000
+	for _, cmd := range [][]string{{"DEL", lockA}, {"DEL", q, qd},
+		{"SET", lockB, "^" + ticket + ":" + waiter + ":" + inbox + "!", "PX", "30000"},
+		{"ZADD", q, "1000", older}, {"ZADD", qd, "99999999999999", older}} {
+		if err := p.src.Do(ctx, cmd...).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.migrate(ctx, t)
+	res, rerr := p.src.Do(ctx, "EVAL", reserveScript.nodeText, "1", lockA,
+		waiter, ticket, inbox, "r", lockA, lockB).ToAny()
+	p.stable()
+	a, _ := p.src.Do(ctx, "GET", lockA).ToString()
+	b, _ := p.src.Do(ctx, "GET", lockB).ToString()
+	line, _ := p.src.Do(ctx, "ZRANGE", q, "0", "-1").AsStrSlice()
+	t.Logf("reserve [A, B] with B's slot %s migrating: %v %v; A = %q, B = %q, B's line %q", p.sB, res, rerr, a, b, line)
+	if rerr != nil {
+		t.Fatalf("the call was refused (%v) after writing: A = %q, B = %q", rerr, a, b)
+	}
+	if a != "^"+ticket+":"+waiter+":"+inbox {
+		t.Errorf("A = %q, want the caller's reservation", a)
+	}
+	if b != "^1000:w0:inbox0!" {
+		t.Errorf("B = %q, want the older waiter's reservation, marked (the caller waits)", b)
+	}
+	if len(line) != 1 || line[0] != waiter+" "+inbox {
+		t.Errorf("B's line %q, want the caller alone", line)
+	}
+	for _, k := range []string{lockA, lockB, q, qd} {
+		_ = p.src.Do(ctx, "DEL", k).Error()
+	}
+}

@@ -15,9 +15,11 @@
 --         or 'c' (confirm) as 'a' for an acquisition that waited by
 --         reservation (reserve.lua): no fast path, keys reserved for it
 --         count as free and keep their mark, and of a free key (a lapsed
---         reservation) it reads the queue to mark the grant when others
---         wait;
---         followed by 'f' when grants take fencing tokens
+--         reservation) it reads the queue, leaves the waiter's own
+--         entries there and marks the grant when others wait;
+--         followed by 'f' when grants take fencing tokens, and in mode 'c'
+--         by ':' and the waiter's ticket (reserve.lua's ARGV[2]: its
+--         entries in a queue are 'token inbox', scored by the ticket)
 -- ARGV[5..] the lock keys in canonical order (slot, then bytes), when the
 --         call covers a whole node (KEYS[1] then only routes the call).
 --         A call for one slot passes ARGV[5] = "" and ARGV[6] = n instead:
@@ -48,6 +50,7 @@ local m1 = string.sub(mode, 1, 1)
 local wait = m1 == 'w' or m1 == 'v'
 local queued = m1 == 'v' or m1 == 'c'
 local fencing = string.find(mode, 'f', 1, true) ~= nil
+local ticket = m1 == 'c' and string.match(mode, ':(%d+)$') or nil
 
 -- The common case first: a plain lease (no fencing token to draw, no hold
 -- set to join) whose keys are all free. Each key is taken with one call,
@@ -73,6 +76,31 @@ local stop = last + 1 -- first key not taken
 local vals = {}
 local handed = {} -- keys whose queue this acquisition reads and leaves
 local keep = {}   -- keys reserved for it whose mark its grant keeps
+local own = {}    -- mode 'c': per key in handed, the waiter's entries there
+local others = {} -- mode 'c': per key in handed, whether anyone else is in line
+
+-- own_entries returns a waiter by reservation's entries in lock key k's
+-- queue ('token inbox' under any inbox it gave: after a reshard its
+-- inbox may be another channel), found by its ticket, their score, and
+-- whether the queue holds anyone else. Read before the first write: the
+-- ZREMs that leave them may delete the queue, and in a slot MIGRATING
+-- away a later read of the missing key would be refused after the
+-- writes before it (docs/faults.md bug 11).
+local function own_entries(k)
+  local q = queue_keys(k)
+  local n = redis.call('ZCARD', q)
+  local found = {}
+  if n > 0 and ticket then
+    local pre = waiter .. ' '
+    for _, m in ipairs(redis.call('ZRANGE', q, ticket, ticket, 'BYSCORE')) do
+      if string.sub(m, 1, #pre) == pre then
+        found[#found + 1] = m
+      end
+    end
+  end
+  return found, n > #found
+end
+
 for i = first, last do
   local v = redis.pcall('GET', keys[i])
   if type(v) == 'table' and v.err then
@@ -103,14 +131,18 @@ for i = first, last do
     -- release; a key handed to a waiter in line ('v') and marked has
     -- others in line. Read the queue now, leave it when writing, and mark
     -- the grant when others remain. (A key reserved for us and unmarked
-    -- has no queue: I-mark.) In mode 'c' the ZREM of leave_queue names
-    -- the bare token, which is not a waiter by reservation's entry
-    -- ('token inbox'): an entry of its own still in the line (a late
-    -- hand-off message after it joined again) marks the grant, and a
-    -- release then hands the key to that stale entry, which costs a
-    -- reservation's life (500 ms) per hand-off until the entry's
-    -- deadline (3 s); liveness only (docs/safety.md).
+    -- has no queue: I-mark.) In mode 'c' the waiter's entries are
+    -- 'token inbox', not the bare token leave_queue removes: an entry of
+    -- its own left in the line (its reserve joined again before a late
+    -- hand-off message made it confirm) would mark the grant, and the
+    -- grant's release would hand the key to that entry, an acquisition
+    -- that is over: a reservation's life (500 ms) lost per hand-off until
+    -- the entry's deadline (3 s). So mode 'c' finds its entries by its
+    -- ticket and leaves them all.
     handed[i] = read_queue(keys[i])
+    if handed[i] and m1 == 'c' then
+      own[i], others[i] = own_entries(keys[i])
+    end
   end
   if v and v ~= holder and holder_of(v) ~= holder then
     if stop > last then
@@ -166,7 +198,18 @@ for i = first, stop - 1 do
       end
       val = holder .. '.' .. string.format('%d', f) -- tostring would print large tokens in exponent form
     end
-    if keep[i] or (handed[i] and leave_queue(k, waiter)) then
+    local mark = keep[i]
+    if handed[i] and m1 == 'c' then
+      local q, qd = queue_keys(k)
+      if #own[i] > 0 then
+        redis.call('ZREM', q, unpack(own[i])) -- read above: q has them
+        redis.pcall('ZREM', qd, unpack(own[i])) -- an entry without a deadline may find qd gone
+      end
+      mark = others[i]
+    elseif handed[i] then
+      mark = leave_queue(k, waiter)
+    end
+    if mark then
       val = val .. '!' -- others still wait: its release hands it on
     end
     redis.call('SET', k, val, 'PX', ttl)

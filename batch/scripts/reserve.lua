@@ -132,9 +132,15 @@ for i = first, last do
     if lined[i] and older_waits(k) then
       -- An older waiter stands in line: the key is its. (A free key
       -- whose queue has waiters: a reservation expired unused, or a
-      -- script-free release deleted it.)
+      -- script-free release deleted it.) The waiter joins first and the
+      -- key is handed off after: the hand-off pops the head, and were
+      -- the head the line's last entry the line would be gone, and a
+      -- join after it would touch a missing key, which in a slot
+      -- MIGRATING away is refused after this call's writes (docs/faults.md
+      -- bug 11). With the waiter in line, the line stays and the
+      -- hand-off writes the key marked.
+      join(k, false)
       hand_off(k, now)
-      join(k, redis.call('GET', k))
     else
       local mark = ''
       if lined[i] and leave_mine(k) then

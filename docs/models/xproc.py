@@ -36,6 +36,11 @@ Policies
             waiter whose keys are all reserved for it is granted at once
             (no commit round); a background confirm per node follows
             (coop-lazy: not counted, the hold being shorter than R/4)
+  coop-confirm  coop as built (issue 15's second step): the grant waits
+            for a confirm round, one call per node that turns the waiter's
+            reservations into holds (all or nothing per call); a failed
+            confirm turns the holds it took back into reservations and
+            attempts again
   inproc    baseline: one process, localq 'oldest' in memory, then one RTT
             to lock in Redis (never conflicts) and one RTT to release
 """
@@ -48,8 +53,9 @@ NODES = 3
 
 class Sim:
     def __init__(self, policy, A=0.0, W=16, K=10, N=200, c=0.1, horizon=4000.0,
-                 seed=1, jitter=0.2, kill=None, lazy=False, nofree=False):
-        self.lazy, self.nofree = lazy, nofree
+                 seed=1, jitter=0.2, kill=None, lazy=False, nofree=False, confirm=False):
+        self.lazy, self.nofree, self.confirm = lazy, nofree, confirm
+        self.cfails = 0
         self.policy, self.A, self.W, self.K, self.N, self.c = policy, A, W, K, N, c
         self.horizon, self.rng, self.jitter = horizon, random.Random(seed), jitter
         self.ev, self.seq, self.now = [], 0, 0.0
@@ -226,7 +232,7 @@ class Sim:
     def coop_check(self, w):
         r = self.req[w]
         self.coop_yield_requested(w)
-        if r['inflight'] or r.get('out', 0) > 0 or r.get('granted'):
+        if r['inflight'] or r.get('out', 0) > 0 or r.get('granted') or r.get('confirming'):
             return
         if r['mine'] >= set(r['keys']):
             self.coop_grant(w)
@@ -235,12 +241,46 @@ class Sim:
 
     def coop_grant(self, w):
         r = self.req[w]
+        if self.confirm:
+            # coop-confirm, what was built: the grant waits for a confirm
+            # round (one call per node, all or nothing per call) that
+            # turns the reservations into holds.
+            r['confirming'], r['cok'] = len(r['nodes']), {}
+            for n, ks in r['nodes'].items():
+                self.at(self.now + self.c + self.hop(), self.srv_confirm_sync, w, n, ks)
+            return
         for k in r['keys']:
             if not (self.resv.get(k) == w or self.holder.get(k) == w):
                 self.violations += 1
         for n, ks in r['nodes'].items():     # background confirm: a call, no wait
             self.at(self.now + self.c + self.hop(), self.srv_confirm, w, n, ks)
         self.granted(w)
+
+    def srv_confirm_sync(self, w, n, ks):
+        self.calls += 1
+        ok = all(self.holder.get(k) == w or (self.holder.get(k) is None and self.resv.get(k) == w) for k in ks)
+        if ok:
+            for k in ks:
+                self.holder[k] = w
+                self.resv.pop(k, None)
+                self.queue[k].pop(w, None)
+        self.at(self.now + self.hop(), self.on_confirm_sync, w, n, ks, ok)
+
+    def on_confirm_sync(self, w, n, ks, ok):
+        r = self.req[w]
+        r['cok'][n] = ok
+        r['confirming'] -= 1
+        if r['confirming'] > 0:
+            return
+        if all(r['cok'].values()):
+            self.granted(w)
+            return
+        self.cfails += 1
+        for n2, ok2 in r['cok'].items():     # holds back to reservations
+            if ok2:
+                self.at(self.now + self.c + self.hop(), self.srv_yield, w, n2, r['nodes'][n2])
+        r['mine'] = set()
+        self.attempt(w)
 
     def srv_confirm(self, w, n, ks):
         if not self.lazy:
@@ -514,9 +554,11 @@ def main():
                          ("age:5", "age", 5), ("age:10", "age", 10), ("age:20", "age", 20),
                          ("fails:1", "fails", 1), ("fails:2", "fails", 2), ("fails:3", "fails", 3),
                          ("fails:5", "fails", 5), ("oracle", "oracle", 0), ("coop", "coop", 0),
-                         ("coop-lazy", "coop", 'lazy')]:
+                         ("coop-lazy", "coop", 'lazy'), ("coop-confirm", "coop", 'confirm')]:
         kw = {}
-        if A == 'lazy':
+        if A == 'confirm':
+            kw, A = {'confirm': True}, 0
+        elif A == 'lazy':
             kw, A = {'lazy': True}, 0
         elif A == 'nofree':
             kw, A = {'lazy': True, 'nofree': True}, 0

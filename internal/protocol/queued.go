@@ -173,7 +173,7 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 		}
 		if all() {
 			t0 := time.Now()
-			a := s.Attempt(ctx, set, 0, r, AttemptOptions{Mode: Confirm})
+			a := s.Attempt(ctx, set, 0, r, AttemptOptions{Mode: Confirm, Ticket: ticket})
 			r.Stats.attempt(&a)
 			q.record(&a, 0, t0)
 			if a.FirstFailure(0) == n {

@@ -56,6 +56,11 @@ type AttemptOptions struct {
 	// First marks an acquisition's first attempt: the lease holds nothing
 	// yet, so a plain one may take its keys with bare SET NX commands.
 	First bool
+	// Ticket is, with Confirm, the acquisition's ticket (Queuer.Ticket):
+	// its queue entries are found by it, so that a confirm that takes a
+	// free key leaves them (an entry left behind would be handed the key
+	// at its release).
+	Ticket string
 }
 
 // Conflict is a key held by another lease.
