@@ -26,6 +26,7 @@ var aclRules = []string{
 	"+multi", "+exec", "+watch", "+unwatch",
 	"+time", "+zadd", "+zrem", "+zrange", "+zcard",
 	"+hset", "+hdel", "+hlen", "+hexists",
+	"+zscore", "+zcount", "+zremrangebyscore", "+pexpireat", "+pexpiretime", "+hgetall",
 	"+spublish", "+ssubscribe", "+sunsubscribe",
 	"+unsubscribe", "+punsubscribe", "+discard",
 }
@@ -188,6 +189,37 @@ func TestTLSAndACL(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "paid", v)
 	require.NoError(t, cl.Do(ctx, cl.B().Del().Key("app:order").Build()).Error())
+
+	// Shared keys (two readers: the holders set; a join, a renewal, the
+	// releases), a writer waiting behind them, permits, and both
+	// inspections (docs/design.md, "Shared keys and permits").
+	req := slotlock.Request{Shared: keys[:3], Permits: []slotlock.Permit{{Resource: "acl:pool", Units: 1, Limit: 2}}}
+	s1, err := r.Acquire(ctx, req)
+	require.NoError(t, err, "shared keys and permits; ACL LOG: %v", aclDenials(t, ctx, c, "app"))
+	s2, err := r.Acquire(ctx, req)
+	require.NoError(t, err, "a second reader")
+	require.NoError(t, s1.Extend(ctx, 20*time.Second), "renewal of shared keys and permits")
+	infos, err := r.Inspect(ctx, keys[0])
+	require.NoError(t, err)
+	require.Equal(t, 2, infos[0].Holds)
+	pinfos, err := r.InspectPermits(ctx, "acl:pool")
+	require.NoError(t, err)
+	require.Equal(t, int64(2), pinfos[0].Used)
+	wGot := make(chan error, 1)
+	go func() {
+		w, err := newLocker(slotlock.Options{TTL: 10 * time.Second}).Lock(ctx, keys[0])
+		if err == nil {
+			err = w.Release(ctx)
+		}
+		wGot <- err
+	}()
+	require.Eventually(t, func() bool {
+		v, _ := cl.Do(ctx, cl.B().Get().Key(names.LockKey(keys[0])).Build()).ToString()
+		return strings.HasSuffix(v, "!")
+	}, 10*time.Second, time.Millisecond, "the writer never marked the shared key")
+	require.NoError(t, s1.Release(ctx))
+	require.NoError(t, s2.Release(ctx))
+	require.NoError(t, <-wGot, "the writer after the readers")
 
 	require.Empty(t, aclDenials(t, ctx, c, "app"), "ACL LOG of the user")
 
