@@ -35,8 +35,9 @@
 -- release and renewal; the hash's PEXPIRE is no earlier than its latest
 -- live holder's expiry.
 --
--- The Go side of these names is internal/lockval (Shared) and slot.Namer
--- (SharedKeyInSlot, PermitKeyInSlot): change both together.
+-- The Go side of these names and formats is internal/lockval (Shared,
+-- PermitLimit, ParsePermitHold) and slot.Namer (SharedKeyInSlot,
+-- PermitKeyInSlot): change both together.
 local SHARED = '~'
 local LIMIT_FIELD = '#l'
 
