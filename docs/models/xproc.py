@@ -1,6 +1,8 @@
 """Discrete-event model of cross-process waiting policies for slotlock
 (issue 15), written to choose a design: docs/proposals/waiting-by-reservation.md.
-Run: python3 docs/models/xproc.py (its output: docs/models/xproc-output.txt).
+Run: python3 docs/models/xproc.py, then the same with the arguments
+"4000 shapes" and "4000 big" (the three outputs, in that order:
+docs/models/xproc-output.txt).
 
 16 workers, each its own process (no in-process queue, except the
 `inproc` baseline), loop: draw 10 of 200 keys, lock, release at once.
@@ -611,7 +613,8 @@ class BigBatch(Sim):
 def bigbatch():
     print("1,000-key batch against 8 processes of 1-5 key batches (wait in RTT)")
     for name, pol, kw in [("inproc", "inproc", {}), ("today", "today", {}), ("greedy", "greedy", {}),
-                          ("strict", "strict", {}), ("coop-lazy", "coop", {'lazy': True})]:
+                          ("strict", "strict", {}), ("coop-lazy", "coop", {'lazy': True}),
+                          ("coop-confirm", "coop", {'confirm': True})]:
         ws = []
         for seed in range(1, 6):
             s = BigBatch(pol, horizon=3000.0, seed=seed, **kw)
@@ -632,7 +635,8 @@ def shapes():
                       ("K=100 over 1000, W=16", dict(K=100, N=1000))]:
         base = None
         for name, pol, extra in [("inproc", "inproc", {}), ("today", "today", {}),
-                                 ("coop-lazy", "coop", {'lazy': True})]:
+                                 ("coop-lazy", "coop", {'lazy': True}),
+                                 ("coop-confirm", "coop", {'confirm': True})]:
             rs = [Sim(pol, horizon=1500.0, seed=s, **kw, **extra).run() for s in (1, 2)]
             avg = {k: sum(r[k] for r in rs) / len(rs) for k in rs[0]}
             if base is None:
