@@ -1,6 +1,8 @@
 """Discrete-event model of cross-process waiting policies for slotlock
 (issue 15), written to choose a design: docs/proposals/waiting-by-reservation.md.
-Run: python3 docs/models/xproc.py (its output: docs/models/xproc-output.txt).
+Run: python3 docs/models/xproc.py, then the same with the arguments
+"4000 shapes" and "4000 big" (the three outputs, in that order:
+docs/models/xproc-output.txt).
 
 16 workers, each its own process (no in-process queue, except the
 `inproc` baseline), loop: draw 10 of 200 keys, lock, release at once.
@@ -41,6 +43,19 @@ Policies
             reservations into holds (all or nothing per call); a failed
             confirm turns the holds it took back into reservations and
             attempts again
+  coop-seq  coop-lazy without its oracle: a hand-off message carries the
+            call that created the entry it popped, replies report the
+            entry a waiter stands under, and a message naming an older
+            entry than the latest report is ignored (rule F of
+            docs/proposals/direct-grant.md). coop and coop-lazy instead
+            read the server's state when a message arrives.
+  coop-naive  coop-seq trusting every message. This model has no
+            reservation expiry, no lost replies and no pauses, and a
+            waiter gives away only keys it knows are its own, so no
+            message is ever stale here: coop-naive makes no violation
+            and the same figures. What the two rows show is that rule F
+            costs no grant, not that it is needed (the cases that need it
+            are in the spec, section 2.4)
   inproc    baseline: one process, localq 'oldest' in memory, then one RTT
             to lock in Redis (never conflicts) and one RTT to release
 """
@@ -53,8 +68,17 @@ NODES = 3
 
 class Sim:
     def __init__(self, policy, A=0.0, W=16, K=10, N=200, c=0.1, horizon=4000.0,
-                 seed=1, jitter=0.2, kill=None, lazy=False, nofree=False, confirm=False):
+                 seed=1, jitter=0.2, kill=None, lazy=False, nofree=False, confirm=False,
+                 seq=None):
         self.lazy, self.nofree, self.confirm = lazy, nofree, confirm
+        # seq: None, the waiter reads the server's state when a hand-off
+        # message arrives (an oracle: what coop and coop-lazy assume);
+        # 'floor', it trusts a message only if the entry it names was
+        # created no earlier than the entry its latest reply reported
+        # (docs/proposals/direct-grant.md, rule F); 'naive', it trusts
+        # every message (the mutation rule F must catch).
+        self.seqrule = seq
+        self.entry = {}       # (key, wid) -> gen of the call that created the entry
         self.cfails = 0
         self.policy, self.A, self.W, self.K, self.N, self.c = policy, A, W, K, N, c
         self.horizon, self.rng, self.jitter = horizon, random.Random(seed), jitter
@@ -81,6 +105,11 @@ class Sim:
 
     def node(self, k):
         return k % NODES
+
+    def enqueue(self, k, w, gen):
+        if w not in self.queue[k]:
+            self.entry[(k, w)] = gen
+        self.queue[k][w] = self.ticket(w)
 
     def ticket(self, w):
         return (self.req[w]['t0'], w)
@@ -195,14 +224,27 @@ class Sim:
         self.arm_timer(w)
 
     # --- coop: cooperative wound-wait, direct grant on the last hand-off -----
+    def raise_floor(self, r, k, e):
+        """A reply (or the waiter's own yield) says its entry in k's queue
+        was created by call e: evidence from an older entry is stale."""
+        fl = r.setdefault('floor', {})
+        if e > fl.get(k, 0):
+            fl[k] = e
+        if self.seqrule is not None and r.setdefault('ev', {}).get(k, 0) < e:
+            r['mine'].discard(k)
     def coop_reply(self, w, r):
         r['out'] = 0
         for n2, x in r['replies'].items():
             if x['ok']:
                 r['out'] += 1
-                self.at(self.now + self.c + self.hop(), self.srv_convert, w, n2, r['nodes'][n2], r['gen'])
+                self.seq += 1
+                self.at(self.now + self.c + self.hop(), self.srv_convert, w, n2, r['nodes'][n2], r['gen'], self.seq)
             else:
                 r['mine'] |= x['reserved']
+                for k in x['reserved']:
+                    r.setdefault('ev', {})[k] = r['gen']
+                for k, e in x.get('entries', {}).items():
+                    self.raise_floor(r, k, e)
         r['pending'] = set()
         for x in r['replies'].values():
             for k in x['conf']:
@@ -210,11 +252,15 @@ class Sim:
                     r['pending'].add(k)
         self.coop_check(w)
 
-    def on_convert(self, w, gen, kept, lost):
+    def on_convert(self, w, gen, kept, lost, cgen=0):
         r = self.req[w]
         if r['gen'] != gen or r.get('granted'):
             return
+        for k in lost:
+            self.raise_floor(r, k, cgen)
         r['mine'] |= kept
+        for k in kept:
+            r.setdefault('ev', {})[k] = cgen
         r['pending'] |= {k for k in lost if k not in r['mine']}
         r['out'] -= 1
         self.coop_check(w)
@@ -227,7 +273,9 @@ class Sim:
                 r['mine'].discard(k)
                 if r['pending'] is not None:
                     r['pending'].add(k)
-                self.at(self.now + self.c + self.hop(), self.srv_coop_yield, w, self.node(k), k)
+                self.seq += 1
+                self.raise_floor(r, k, self.seq)  # the yield's call creates the new entry
+                self.at(self.now + self.c + self.hop(), self.srv_coop_yield, w, self.node(k), k, self.seq)
 
     def coop_check(self, w):
         r = self.req[w]
@@ -286,7 +334,7 @@ class Sim:
         if not self.lazy:
             self.calls += 1
 
-    def srv_convert(self, w, n, ks, gen):
+    def srv_convert(self, w, n, ks, gen, cgen=0):
         self.calls += 1
         kept, lost = set(), set()
         for k in ks:
@@ -295,29 +343,36 @@ class Sim:
             del self.holder[k]
             q = self.queue[k]
             if q and min(q.values()) < self.ticket(w):
-                q[w] = self.ticket(w)
+                self.enqueue(k, w, cgen)
                 self.free_key(k)
                 lost.add(k)
             else:
                 self.resv[k] = w
                 kept.add(k)
-        self.at(self.now + self.hop(), self.on_convert, w, gen, kept, lost)
+        self.at(self.now + self.hop(), self.on_convert, w, gen, kept, lost, cgen)
 
-    def srv_coop_yield(self, w, n, k):
+    def srv_coop_yield(self, w, n, k, ygen=0):
         self.calls += 1
         if self.resv.get(k) == w and self.holder.get(k) is None:
             del self.resv[k]
-            self.queue[k][w] = self.ticket(w)
+            self.enqueue(k, w, ygen)
             self.free_key(k)
 
-    def on_msg(self, w, k, kind, tserv):
+    def on_msg(self, w, k, kind, tserv, egen=0):
         self.msgs += 1
         if self.policy == 'coop':
             r = self.req.get(w)
             if r is None or r.get('granted') or k not in r['keys']:
                 return
             if kind == 'h':
-                if self.resv.get(k) == w:
+                if self.seqrule is None:
+                    trust = self.resv.get(k) == w  # the oracle
+                elif self.seqrule == 'floor':
+                    trust = egen >= r.setdefault('floor', {}).get(k, 0)
+                else:
+                    trust = True
+                if trust:
+                    r.setdefault('ev', {})[k] = max(r.setdefault('ev', {}).get(k, 0), egen)
                     r['mine'].add(k)
                     if r['pending'] is not None:
                         r['pending'].discard(k)
@@ -419,13 +474,14 @@ class Sim:
                             mine.add(k)
                         else:
                             conf.append(k)
-                            self.queue[k][w] = self.ticket(w)
+                            self.enqueue(k, w, gen)
                         continue
                     conf.append(k)
-                    self.queue[k][w] = self.ticket(w)
+                    self.enqueue(k, w, gen)
                     if h is None and v is not None and self.ticket(w) < self.ticket(v):
                         self.at(self.now + self.hop(), self.on_msg, v, k, 'y', self.now)
-                res = {'ok': False, 'conf': conf, 'tserv': self.now, 'reserved': mine}
+                res = {'ok': False, 'conf': conf, 'tserv': self.now, 'reserved': mine,
+                       'entries': {k: self.entry.get((k, w), 0) for k in conf}}
             self.at(self.now + self.hop(), self.on_reply, w, gen, n, res)
             return
         if all(self.takeable(w, k) for k in ks):
@@ -457,7 +513,7 @@ class Sim:
         if p in ('strict', 'handoff', 'giveback', 'coop') or (p in ('age', 'fails', 'oracle') and self.strong(h)):
             del q[h]
             self.resv[k] = h
-            self.at(self.now + self.hop(), self.on_msg, h, k, 'h', self.now)
+            self.at(self.now + self.hop(), self.on_msg, h, k, 'h', self.now, self.entry.pop((k, h), 0))
             return
         for x in list(q):
             self.at(self.now + self.hop(), self.on_msg, x, k, 'r', self.now)
@@ -554,12 +610,15 @@ def main():
                          ("age:5", "age", 5), ("age:10", "age", 10), ("age:20", "age", 20),
                          ("fails:1", "fails", 1), ("fails:2", "fails", 2), ("fails:3", "fails", 3),
                          ("fails:5", "fails", 5), ("oracle", "oracle", 0), ("coop", "coop", 0),
-                         ("coop-lazy", "coop", 'lazy'), ("coop-confirm", "coop", 'confirm')]:
+                         ("coop-lazy", "coop", 'lazy'), ("coop-confirm", "coop", 'confirm'),
+                         ("coop-seq", "coop", 'seq'), ("coop-naive", "coop", 'naive')]:
         kw = {}
         if A == 'confirm':
             kw, A = {'confirm': True}, 0
         elif A == 'lazy':
             kw, A = {'lazy': True}, 0
+        elif A in ('seq', 'naive'):
+            kw, A = {'lazy': True, 'seq': 'floor' if A == 'seq' else 'naive'}, 0
         elif A == 'nofree':
             kw, A = {'lazy': True, 'nofree': True}, 0
         rs = [Sim(pol, A, horizon=horizon, seed=s, **kw).run() for s in (1, 2, 3)]
@@ -611,7 +670,8 @@ class BigBatch(Sim):
 def bigbatch():
     print("1,000-key batch against 8 processes of 1-5 key batches (wait in RTT)")
     for name, pol, kw in [("inproc", "inproc", {}), ("today", "today", {}), ("greedy", "greedy", {}),
-                          ("strict", "strict", {}), ("coop-lazy", "coop", {'lazy': True})]:
+                          ("strict", "strict", {}), ("coop-lazy", "coop", {'lazy': True}),
+                          ("coop-confirm", "coop", {'confirm': True})]:
         ws = []
         for seed in range(1, 6):
             s = BigBatch(pol, horizon=3000.0, seed=seed, **kw)
@@ -632,7 +692,8 @@ def shapes():
                       ("K=100 over 1000, W=16", dict(K=100, N=1000))]:
         base = None
         for name, pol, extra in [("inproc", "inproc", {}), ("today", "today", {}),
-                                 ("coop-lazy", "coop", {'lazy': True})]:
+                                 ("coop-lazy", "coop", {'lazy': True}),
+                                 ("coop-confirm", "coop", {'confirm': True})]:
             rs = [Sim(pol, horizon=1500.0, seed=s, **kw, **extra).run() for s in (1, 2)]
             avg = {k: sum(r[k] for r in rs) / len(rs) for k in rs[0]}
             if base is None:
