@@ -183,6 +183,7 @@ func run() int {
 		}
 	}
 
+	fmt.Printf("slotbench: matrix done at %s\n", time.Since(began).Round(time.Second))
 	var pairs []*pairTarget
 	if !incomplete && ctx.Err() == nil {
 		// With -cells, the pairs whose two cells both match run too.
@@ -200,6 +201,7 @@ func run() int {
 		}
 	}
 
+	fmt.Printf("slotbench: pairs done at %s\n", time.Since(began).Round(time.Second))
 	profs := map[int]*profileReport{}
 	for _, k := range profiledKs {
 		if cfg.profileTime <= 0 || ctx.Err() != nil || cfg.filter != nil || incomplete {
