@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/slotlock/slotlock/bench"
 )
@@ -37,6 +38,7 @@ func main() {
 	list := flag.String("contenders", "raw-pipeline,checked-pipeline,slotlock", "contenders, comma separated; each is compared with those before it")
 	n := flag.Int("n", 600, "batches per cell")
 	rounds := flag.Int("rounds", 30, "rounds; each runs every contender once, the order rotating")
+	rtt := flag.Duration("rtt", 0, "emulated round trip of every contender's connections (bench/latency), as slotbench's RTT cells")
 	cpuprof := flag.String("cpuprofile", "", "write a CPU profile of the whole run")
 	memprof := flag.String("memprofile", "", "write an allocation profile of the whole run")
 	flag.Parse()
@@ -44,13 +46,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "rounds: -addrs is required")
 		os.Exit(2)
 	}
-	if err := run(*addrs, *prefix, *k, strings.Split(*list, ","), *n, *rounds, *cpuprof, *memprof); err != nil {
+	if err := run(*addrs, *prefix, *k, *rtt, strings.Split(*list, ","), *n, *rounds, *cpuprof, *memprof); err != nil {
 		fmt.Fprintln(os.Stderr, "rounds:", err)
 		os.Exit(1)
 	}
 }
 
-func run(addrs, prefix string, k int, names []string, n, rounds int, cpuprof, memprof string) error {
+func run(addrs, prefix string, k int, rtt time.Duration, names []string, n, rounds int, cpuprof, memprof string) error {
 	if err := flag.Set("test.benchtime", strconv.Itoa(n)+"x"); err != nil {
 		return err
 	}
@@ -63,7 +65,7 @@ func run(addrs, prefix string, k int, names []string, n, rounds int, cpuprof, me
 	defer func() { _, _ = env.Cleanup(ctx) }()
 	runs := make([]*bench.Run, len(names))
 	for i, name := range names {
-		r, err := env.NewRun(ctx, bench.Cell{Contender: name, K: k, W: 1})
+		r, err := env.NewRun(ctx, bench.Cell{Contender: name, K: k, W: 1, RTT: rtt})
 		if err != nil {
 			return err
 		}
