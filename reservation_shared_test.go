@@ -15,8 +15,11 @@ import (
 
 // Waiting by reservation (issue 15) beside shared keys and permits (issue
 // 17): docs/design.md, "Waiting by reservation across processes", the
-// paragraph on shared keys. Each Locker here is a separate client with its
-// own connections and in-process queue: they meet only in Redis.
+// paragraph on shared keys. The Lockers here share the test's client but
+// not an in-process queue (requests skip it anyway): they meet only in
+// Redis. Separate OS processes, as replicas of a service: cluster_test's
+// TestSharedKeyHandedToAWaiterByReservationInAnotherProcess and
+// TestRequestYieldsToAWaiterByReservationInAnotherProcess.
 
 // lineMembers returns the members of key's line, oldest first.
 func (e *env) lineMembers(ctx context.Context, key string) []string {

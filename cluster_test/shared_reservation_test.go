@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -121,4 +122,101 @@ func TestSharedKeyHandedToAWaiterByReservationInAnotherProcess(t *testing.T) {
 	w.stop(10 * time.Second)
 	// The process exits holding its lease: it expires within its TTL.
 	e.requireUnlocked(ttl + 2*lockval.EntryTTL + time.Second)
+}
+
+// TestRequestYieldsToAWaiterByReservationInAnotherProcess: the prefix
+// give-back of docs/design.md ("Why no deadlock still holds") with the
+// waiter by reservation in another OS process, as replicas of a service
+// meet. A reader here holds b shared; a contender process locks b and
+// waits by reservation in b's line; a request here for x (before b in
+// canonical order) exclusive and b shared takes x, finds the process's
+// entry before it in b's line, and gives x back before it waits. Once
+// the reader leaves, the process is granted, releases, and the request
+// gets both. Mutation: line_ahead never saying "by reservation" (x stays
+// the request's while it waits).
+func TestRequestYieldsToAWaiterByReservationInAnotherProcess(t *testing.T) {
+	e := newEnv(t, 2*time.Minute)
+	e.waitReady()
+	client := e.client()
+	ctx := e.ctx
+	names := make([]string, 16)
+	for i := range names {
+		names[i] = "ryx:" + strconv.Itoa(i)
+	}
+	sorted := slot.Sorted(names)
+	x, b := sorted[0].Name, sorted[len(sorted)-1].Name
+	get := func(key string) string {
+		v, err := client.Do(ctx, client.B().Get().Key(e.names.LockKey(key)).Build()).ToString()
+		if rueidis.IsRedisNil(err) {
+			return ""
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	line := func() []string {
+		q, _ := e.names.QueueKeysInSlot(b, slot.KeySlot(b))
+		m, err := client.Do(ctx, client.B().Zrange().Key(q).Min("0").Max("-1").Build()).AsStrSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	until := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !ok(); {
+			if time.Now().After(deadline) {
+				t.Fatal(what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	reader, err := e.locker(client, slotlock.Options{TTL: 30 * time.Second}).Acquire(ctx, slotlock.Request{Shared: []string{b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := startContender(t, contenderSpec{Addrs: e.c.Addrs(), Prefix: e.prefix, TTL: 5 * time.Second,
+		Keys: []string{b}, Release: true, Hold: 10 * time.Millisecond})
+	until("the contender process never stood in b's line by reservation", func() bool {
+		m := line()
+		return len(m) == 1 && strings.Contains(m[0], " ")
+	})
+
+	done := make(chan error, 1)
+	go func() {
+		l, err := e.locker(client, slotlock.Options{TTL: 30 * time.Second}).Acquire(ctx,
+			slotlock.Request{Exclusive: []string{x}, Shared: []string{b}, Wait: slotlock.WaitForever})
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		done <- err
+	}()
+	until("the request never stood in b's line", func() bool { return len(line()) == 2 })
+	until("the request kept its prefix x behind the other process's waiter", func() bool { return get(x) == "" })
+	select {
+	case err := <-done:
+		t.Fatalf("the request returned while b was the other process's to come: %v", err)
+	default:
+	}
+	if err := reader.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the request after the process: %v", err)
+	}
+	until("the contender process never reported holding b", func() bool {
+		evs, perr := w.snapshot()
+		if perr != "" {
+			t.Fatalf("the contender process: %s", perr)
+		}
+		for _, ev := range evs {
+			if ev.Event == "held" {
+				return true
+			}
+		}
+		return false
+	})
+	w.stop(10 * time.Second)
+	e.requireUnlocked(time.Second)
 }
