@@ -10,7 +10,6 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/slotlock/slotlock/internal/protocol"
 	"github.com/slotlock/slotlock/internal/rediserr"
 	"github.com/slotlock/slotlock/slot"
 )
@@ -73,37 +72,14 @@ func (c *checkedContender) Lock(ctx context.Context, keys []string) (Held, error
 	// raw pipeline's, tells batches apart in one process only, and a
 	// lock's token must be unique across all its holders.
 	token := newToken()
-	cmds := make(rueidis.Commands, len(keys))
-	for attempt := 0; ; attempt++ {
-		for i, k := range keys {
-			cmds[i] = c.client.B().Set().Key(k).Value(token).Nx().PxMilliseconds(TTL.Milliseconds()).Build()
-		}
-		var got []string
-		var firstErr error
-		for i, r := range c.client.DoMulti(ctx, cmds...) {
-			switch err := r.Error(); {
-			case err == nil:
-				got = append(got, keys[i])
-			case rediserr.IsNil(err):
-			case firstErr == nil:
-				firstErr = fmt.Errorf("SET %s NX: %w", keys[i], err)
-			}
-		}
-		if len(got) == len(keys) {
-			return &checkedHeld{c: c, keys: keys, token: token}, nil
-		}
-		if len(got) > 0 {
-			if _, err := c.release(ctx, got, token); err != nil && firstErr == nil {
-				firstErr = err
-			}
-		}
-		if firstErr != nil {
-			return nil, firstErr
-		}
-		if err := protocol.SleepCtx(ctx, backoff(attempt)); err != nil {
-			return nil, err
-		}
+	err := setAllNX(ctx, c.client, keys, token, func(ctx context.Context, got []string) error {
+		_, err := c.release(ctx, got, token)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
+	return &checkedHeld{c: c, keys: keys, token: token}, nil
 }
 
 // release sends one release_node call per master holding some of keys, in

@@ -44,14 +44,28 @@ func (c *rawContender) Lock(ctx context.Context, keys []string) (Held, error) {
 	// A counter, not random bits: the ceiling pays for nothing it does not
 	// need. It still tells batches apart for Check.
 	token := "raw:" + strconv.FormatUint(c.seq.Add(1), 36)
+	err := setAllNX(ctx, c.client, keys, token, func(ctx context.Context, got []string) error {
+		_, err := c.del(ctx, got)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &rawHeld{c: c, keys: keys, token: token}, nil
+}
+
+// setAllNX is the pipelines' lock (raw and checked): SET NX PX of every
+// key in one DoMulti; when some are held, giveBack the ones it got and try
+// again after a backoff, until all are taken, a command fails or ctx ends.
+func setAllNX(ctx context.Context, client rueidis.Client, keys []string, token string, giveBack func(context.Context, []string) error) error {
 	cmds := make(rueidis.Commands, len(keys))
 	for attempt := 0; ; attempt++ {
 		for i, k := range keys {
-			cmds[i] = c.client.B().Set().Key(k).Value(token).Nx().PxMilliseconds(TTL.Milliseconds()).Build()
+			cmds[i] = client.B().Set().Key(k).Value(token).Nx().PxMilliseconds(TTL.Milliseconds()).Build()
 		}
 		var got []string
 		var firstErr error
-		for i, r := range c.client.DoMulti(ctx, cmds...) {
+		for i, r := range client.DoMulti(ctx, cmds...) {
 			switch err := r.Error(); {
 			case err == nil:
 				got = append(got, keys[i])
@@ -61,18 +75,18 @@ func (c *rawContender) Lock(ctx context.Context, keys []string) (Held, error) {
 			}
 		}
 		if len(got) == len(keys) {
-			return &rawHeld{c: c, keys: keys, token: token}, nil
+			return nil
 		}
 		if len(got) > 0 {
-			if _, err := c.del(ctx, got); err != nil && firstErr == nil {
+			if err := giveBack(ctx, got); err != nil && firstErr == nil {
 				firstErr = err
 			}
 		}
 		if firstErr != nil {
-			return nil, firstErr
+			return firstErr
 		}
 		if err := protocol.SleepCtx(ctx, backoff(attempt)); err != nil {
-			return nil, err
+			return err
 		}
 	}
 }
