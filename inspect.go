@@ -106,12 +106,9 @@ const inspectReads = 9
 // why, and the returned error joins every such failure (a *NodeError
 // naming the node).
 func (l *Locker) Inspect(ctx context.Context, keys ...string) ([]KeyInfo, error) {
-	if err := l.validate(ctx, keys); err != nil {
-		return nil, withPrefix("inspect", err)
-	}
-	m, err := l.topo.Current(ctx)
+	nodeOf, err := l.inspectNodes(ctx, "inspect", keys)
 	if err != nil {
-		return nil, fmt.Errorf("slotlock: inspect: slot map: %w", err)
+		return nil, err
 	}
 	out := make([]KeyInfo, len(keys))
 	cmds := make(rueidis.Commands, 0, inspectReads*len(keys))
@@ -120,10 +117,7 @@ func (l *Locker) Inspect(ctx context.Context, keys ...string) ([]KeyInfo, error)
 		s := slot.KeySlot(k)
 		lock := l.names.LockKeyInSlot(k, s)
 		q, qd := l.names.QueueKeysInSlot(k, s)
-		out[i] = KeyInfo{Key: k, LockKey: lock, Slot: s}
-		if o := m.Owner(s); o >= 0 {
-			out[i].Node = m.Addrs[o]
-		}
+		out[i] = KeyInfo{Key: k, LockKey: lock, Slot: s, Node: nodeOf(s)}
 		cmds = append(cmds,
 			b.Get().Key(lock).Build(),
 			b.Pttl().Key(lock).Build(),
@@ -140,6 +134,40 @@ func (l *Locker) Inspect(ctx context.Context, keys ...string) ([]KeyInfo, error)
 		)
 	}
 	return out, readAll(out, l.client.DoMulti(ctx, cmds...), inspectReads)
+}
+
+// inspectNodes checks an inspection's names (keys or resources) as every
+// call does, and returns the master of a slot by the Locker's slot map
+// ("" when none serves it).
+func (l *Locker) inspectNodes(ctx context.Context, op string, names []string) (func(uint16) string, error) {
+	if err := l.validate(ctx, names); err != nil {
+		return nil, withPrefix(op, err)
+	}
+	m, err := l.topo.Current(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("slotlock: %s: slot map: %w", op, err)
+	}
+	return func(s uint16) string {
+		if o := m.Owner(s); o >= 0 {
+			return m.Addrs[o]
+		}
+		return ""
+	}, nil
+}
+
+// serverNow reads the server's time (ms) off one key's PTTL and
+// PEXPIRETIME, read one after the other; known is false when the key has
+// no expiry or is gone (slotlock never writes a key without one).
+func serverNow(pttl, at rueidis.RedisResult) (now int64, known bool, err error) {
+	left, err := pttl.AsInt64()
+	if err != nil {
+		return 0, false, err
+	}
+	expires, err := at.AsInt64()
+	if err != nil {
+		return 0, false, err
+	}
+	return expires - left, left >= 0 && expires >= 0, nil
 }
 
 // readAll hands each inspected item its per replies of res, in order, and
@@ -243,19 +271,15 @@ func (k *KeyInfo) read(r []rueidis.RedisResult) error {
 }
 
 // readers fills a shared key's Readers and Holds from its holders set
-// (members scored by expiry, ms of server time, latest first) and the
-// lock key's PTTL and PEXPIRETIME, whose difference is the server's time.
+// (members scored by expiry, ms of server time, latest first), judged by
+// the server's time read off the lock key (serverNow).
 // In the one-holder form the set is absent and the holder is the reader.
 func (k *KeyInfo) readReaders(pttl, at, set, card rueidis.RedisResult) error {
 	if k.Holder != "" {
 		k.Readers, k.Holds = []string{k.Holder}, 1
 		return nil
 	}
-	left, err := pttl.AsInt64()
-	if err != nil {
-		return err
-	}
-	expires, err := at.AsInt64()
+	now, known, err := serverNow(pttl, at)
 	if err != nil {
 		return err
 	}
@@ -267,9 +291,8 @@ func (k *KeyInfo) readReaders(pttl, at, set, card rueidis.RedisResult) error {
 	if err != nil {
 		return err
 	}
-	now := float64(expires - left)
 	for _, m := range members {
-		if left >= 0 && expires >= 0 && m.Score <= now {
+		if known && m.Score <= float64(now) {
 			break // expired, and so is every later one (latest first)
 		}
 		k.Readers = append(k.Readers, lockval.Short(m.Member))

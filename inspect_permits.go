@@ -57,12 +57,9 @@ func (l *Locker) InspectPermits(ctx context.Context, resources ...string) ([]Per
 			return nil, fmt.Errorf("slotlock: inspect permits: %w: resource %d is empty", ErrInvalid, i)
 		}
 	}
-	if err := l.validate(ctx, resources); err != nil {
-		return nil, withPrefix("inspect permits", err)
-	}
-	m, err := l.topo.Current(ctx)
+	nodeOf, err := l.inspectNodes(ctx, "inspect permits", resources)
 	if err != nil {
-		return nil, fmt.Errorf("slotlock: inspect permits: slot map: %w", err)
+		return nil, err
 	}
 	out := make([]PermitInfo, len(resources))
 	cmds := make(rueidis.Commands, 0, inspectPermitReads*len(resources))
@@ -70,10 +67,7 @@ func (l *Locker) InspectPermits(ctx context.Context, resources ...string) ([]Per
 	for i, r := range resources {
 		s := slot.KeySlot(r)
 		h := l.names.PermitKeyInSlot(r, s)
-		out[i] = PermitInfo{Resource: r, Key: h, Slot: s}
-		if o := m.Owner(s); o >= 0 {
-			out[i].Node = m.Addrs[o]
-		}
+		out[i] = PermitInfo{Resource: r, Key: h, Slot: s, Node: nodeOf(s)}
 		cmds = append(cmds, b.Hgetall().Key(h).Build(), b.Pttl().Key(h).Build(), b.Pexpiretime().Key(h).Build())
 	}
 	return out, readAll(out, l.client.DoMulti(ctx, cmds...), inspectPermitReads)
@@ -93,15 +87,10 @@ func (p *PermitInfo) read(r []rueidis.RedisResult) error {
 	if err != nil {
 		return err
 	}
-	left, err := r[1].AsInt64()
+	now, known, err := serverNow(r[1], r[2])
 	if err != nil {
 		return err
 	}
-	at, err := r[2].AsInt64()
-	if err != nil {
-		return err
-	}
-	now, known := at-left, left >= 0 && at >= 0 // a hash without expiry: slotlock never writes one
 	var limit int64
 	for f, v := range fields {
 		if f == lockval.PermitLimit {
