@@ -186,10 +186,7 @@ func inspectCmd(args []string, stdout, stderr io.Writer) int {
 		holder, ttl, fence := "-", "-", "-"
 		switch {
 		case k.Held && k.Holder == "" && len(k.Readers) > 0: // several readers
-			holder = strings.Join(k.Readers[:min(len(k.Readers), 3)], ",")
-			if len(k.Readers) > 3 {
-				holder += ",..."
-			}
+			holder = firstFew(len(k.Readers), ",", func(i int) string { return k.Readers[i] })
 		case k.Held:
 			holder = k.Holder
 		case k.Reserved:
@@ -204,12 +201,8 @@ func inspectCmd(args []string, stdout, stderr io.Writer) int {
 			fence = fmt.Sprint(k.Fence)
 		}
 		waiters := fmt.Sprint(k.WaitersTotal)
-		for i, x := range k.Waiters {
-			if i == 3 {
-				waiters += " ..."
-				break
-			}
-			waiters += " " + x.ID
+		if len(k.Waiters) > 0 {
+			waiters += " " + firstFew(len(k.Waiters), " ", func(i int) string { return k.Waiters[i].ID })
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\n", k.Key, state(k), holder, k.Holds, ttl, fence, waiters, k.Node, k.Slot)
 	}
@@ -268,12 +261,10 @@ func inspectPermits(c *conn, resources []string, asJSON bool, stdout, stderr io.
 	fmt.Fprintln(w, "RESOURCE\tUSED\tLIMIT\tHOLDERS\tNODE\tSLOT")
 	for _, p := range infos {
 		holders := fmt.Sprint(len(p.Holders))
-		for i, h := range p.Holders {
-			if i == 3 {
-				holders += " ..."
-				break
-			}
-			holders += fmt.Sprintf(" %s:%d", h.ID, h.Units)
+		if len(p.Holders) > 0 {
+			holders += " " + firstFew(len(p.Holders), " ", func(i int) string {
+				return fmt.Sprintf("%s:%d", p.Holders[i].ID, p.Holders[i].Units)
+			})
 		}
 		limit := "-"
 		if p.Limit > 0 {
@@ -294,4 +285,17 @@ func printJSON(v any, code int, stdout, stderr io.Writer) int {
 		return fail(stderr, err)
 	}
 	return code
+}
+
+// firstFew lists the first three of n items (item(i)), joined by sep,
+// and "..." after them when there are more: a table cell stays short.
+func firstFew(n int, sep string, item func(int) string) string {
+	parts := make([]string, 0, 4)
+	for i := range min(n, 3) {
+		parts = append(parts, item(i))
+	}
+	if n > 3 {
+		parts = append(parts, "...")
+	}
+	return strings.Join(parts, sep)
 }
