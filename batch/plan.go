@@ -1,10 +1,9 @@
 package batch
 
 import (
-	"slices"
-
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/redis/rueidis"
