@@ -91,10 +91,11 @@ func TestReservationWaiterMeetsSharedKey(t *testing.T) {
 			res := e.reservedAndInLine(ctx, a, k)
 			m := e.lineMembers(ctx, k)
 			require.Len(t, m, 1)
-			// A waiter by reservation's entry: its token, a space and its
-			// inbox on k's node (another node's than a's, maybe).
-			inbox, ok := strings.CutPrefix(m[0], res.Waiter+" ")
-			require.True(t, ok && inbox != "", "W's entry in k's line is not a waiter by reservation's: %q", m[0])
+			// A waiter by reservation's entry: its token, '/', the round
+			// that created it, a space and its inbox on k's node (another
+			// node's than a's, maybe).
+			tok, seq, inbox := lockval.QueueEntry(m[0])
+			require.True(t, tok == res.Waiter && seq >= 1 && inbox != "", "W's entry in k's line is not a waiter by reservation's: %q", m[0])
 			kv := e.lockValue(ctx, k)
 			v = lockval.Parse(kv)
 			require.True(t, v.Shared && v.Marked, "k is shared and marked: %q", kv)

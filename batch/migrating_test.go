@@ -162,11 +162,11 @@ func TestReserveMigratingQueueEmptiedByItself(t *testing.T) {
 		own  bool
 	}{{"dead-entry", false}, {"dead-entry-and-own", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			setup := [][]string{{"DEL", lockA}, {"SET", lockB, "^" + ticket + ":" + waiter + ":" + inbox + "!", "PX", "30000"},
+			setup := [][]string{{"DEL", lockA}, {"SET", lockB, "^" + ticket + ":" + waiter + "/4:" + inbox + "!", "PX", "30000"},
 				{"ZADD", q, "1", "ghost"}, {"ZADD", qd, "1", "ghost"}}
 			if tc.own {
-				setup = append(setup, []string{"ZADD", q, ticket, waiter + " " + inbox},
-					[]string{"ZADD", qd, "99999999999999", waiter + " " + inbox})
+				setup = append(setup, []string{"ZADD", q, ticket, waiter + "/2 " + inbox},
+					[]string{"ZADD", qd, "99999999999999", waiter + "/2 " + inbox})
 			}
 			for _, cmd := range setup {
 				if err := p.src.Do(ctx, cmd...).Error(); err != nil {
@@ -175,7 +175,7 @@ func TestReserveMigratingQueueEmptiedByItself(t *testing.T) {
 			}
 			p.migrate(ctx, t)
 			args := []string{"EVAL", reserveScript.nodeText, "1", lockA,
-				waiter, ticket, inbox, "r", lockA, lockB}
+				waiter, ticket, inbox, "r:5", lockA, lockB}
 			res, rerr := p.src.Do(ctx, args...).ToAny()
 			p.stable()
 			a, aerr := p.src.Do(ctx, "EXISTS", lockA).AsInt64()
@@ -184,7 +184,7 @@ func TestReserveMigratingQueueEmptiedByItself(t *testing.T) {
 			if rerr != nil && (aerr != nil || a != 0) {
 				t.Errorf("the refused call left A reserved: it wrote before the refusal")
 			}
-			if rerr == nil && b != "^"+ticket+":"+waiter+":"+inbox {
+			if rerr == nil && b != "^"+ticket+":"+waiter+"/5:"+inbox {
 				t.Errorf("the call succeeded but B = %q, not the waiter's unmarked reservation", b)
 			}
 			for _, k := range []string{lockA, lockB, q, qd} {
@@ -218,9 +218,9 @@ func TestReserveMigratingHandOffToTheLastEntry(t *testing.T) {
 	lockA, lockB := names.LockKey(p.keyA), names.LockKey(p.keyB)
 	q, qd := names.QueueKeysInSlot(p.keyB, slot.KeySlot(p.keyB))
 	const waiter, ticket, inbox = "w1", "2000", "inbox1"
-	const older = "w0 inbox0" // ticket 1000
+	const older = "w0 inbox0" // ticket 1000; an older version's entry (no seq: rule E0)
 	for _, cmd := range [][]string{{"DEL", lockA}, {"DEL", q, qd},
-		{"SET", lockB, "^" + ticket + ":" + waiter + ":" + inbox + "!", "PX", "30000"},
+		{"SET", lockB, "^" + ticket + ":" + waiter + "/3:" + inbox + "!", "PX", "30000"},
 		{"ZADD", q, "1000", older}, {"ZADD", qd, "99999999999999", older}} {
 		if err := p.src.Do(ctx, cmd...).Error(); err != nil {
 			t.Fatal(err)
@@ -228,7 +228,7 @@ func TestReserveMigratingHandOffToTheLastEntry(t *testing.T) {
 	}
 	p.migrate(ctx, t)
 	res, rerr := p.src.Do(ctx, "EVAL", reserveScript.nodeText, "1", lockA,
-		waiter, ticket, inbox, "r", lockA, lockB).ToAny()
+		waiter, ticket, inbox, "r:4", lockA, lockB).ToAny()
 	p.stable()
 	a, _ := p.src.Do(ctx, "GET", lockA).ToString()
 	b, _ := p.src.Do(ctx, "GET", lockB).ToString()
@@ -237,13 +237,13 @@ func TestReserveMigratingHandOffToTheLastEntry(t *testing.T) {
 	if rerr != nil {
 		t.Fatalf("the call was refused (%v) after writing: A = %q, B = %q", rerr, a, b)
 	}
-	if a != "^"+ticket+":"+waiter+":"+inbox {
+	if a != "^"+ticket+":"+waiter+"/4:"+inbox {
 		t.Errorf("A = %q, want the caller's reservation", a)
 	}
 	if b != "^1000:w0:inbox0!" {
 		t.Errorf("B = %q, want the older waiter's reservation, marked (the caller waits)", b)
 	}
-	if len(line) != 1 || line[0] != waiter+" "+inbox {
+	if len(line) != 1 || line[0] != waiter+"/4 "+inbox {
 		t.Errorf("B's line %q, want the caller alone", line)
 	}
 	for _, k := range []string{lockA, lockB, q, qd} {

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -303,11 +304,11 @@ const subscribeWait = 50 * time.Millisecond
 
 // Reserve runs reserve.lua over every key of set (protocol.Queuer), each
 // node's call with the inbox of that node.
-func (e *Engine) Reserve(ctx context.Context, set *protocol.Set, r *protocol.Request, ticket string, leave bool) protocol.Reservations {
-	out := protocol.Reservations{Mine: make([]bool, set.Len())}
-	mode := "r"
+func (e *Engine) Reserve(ctx context.Context, set *protocol.Set, r *protocol.Request, ticket string, seq int64, leave bool) protocol.Reservations {
+	out := protocol.Reservations{Keys: make([]protocol.KeyReply, set.Len())}
+	mode := "r:" + strconv.FormatInt(seq, 10)
 	if leave {
-		mode = "l"
+		mode = "l:" + strconv.FormatInt(seq, 10)
 	}
 	slots, err := e.inboxSlots(ctx)
 	if err != nil {
@@ -345,7 +346,7 @@ func (e *Engine) Reserve(ctx context.Context, set *protocol.Set, r *protocol.Req
 	for ci, res := range res {
 		c := calls[ci]
 		vals, err := res.AsIntSlice()
-		if err == nil && len(vals) != 2+len(c.idx) {
+		if err == nil && (len(vals) != 2+len(c.idx) || slices.ContainsFunc(vals[2:], func(v int64) bool { return v < -1 })) {
 			err = fmt.Errorf("malformed reserve reply %v", vals)
 		}
 		if err != nil {
@@ -360,12 +361,25 @@ func (e *Engine) Reserve(ctx context.Context, set *protocol.Set, r *protocol.Req
 				e.markSlotMode(c.node)
 			}
 			stale = stale || ne.Kind == rediserr.ErrStaleTopology || ne.Kind == rediserr.ErrUnknownOutcome
+			if ne.Kind == rediserr.ErrUnknownOutcome {
+				// The call may still run (rule L of the direct grant).
+				for _, i := range c.idx {
+					out.Keys[i].Unknown = true
+				}
+			}
 			errs = append(errs, ne)
 			continue
 		}
 		e.clock.set(vals[0], vals[1])
 		for k, i := range c.idx {
-			out.Mine[i] = vals[2+k] == 1
+			switch v := vals[2+k]; {
+			case v == -1:
+				out.Keys[i].Stale = true
+			case v > 0:
+				out.Keys[i].Entry = v
+			case !leave:
+				out.Keys[i].Mine = true
+			}
 		}
 	}
 	if stale {

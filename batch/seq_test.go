@@ -2,6 +2,9 @@ package batch
 
 import (
 	"context"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -113,7 +116,7 @@ func TestReserveFindsItsSeqEntries(t *testing.T) {
 	}
 	reserve := func(mode string) []int64 {
 		res, err := s.n.Do(ctx, "EVAL", reserveScript.nodeText, "1", s.lock,
-			waiter, ticket, inbox, mode, s.lock).AsIntSlice()
+			waiter, ticket, inbox, mode+":4", s.lock).AsIntSlice()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -167,4 +170,255 @@ func TestDeliverReadsTheSeq(t *testing.T) {
 		t.Errorf("a message for another token was delivered: %+v", got)
 	default:
 	}
+}
+
+// reserveAt runs reserve.lua (node form) on s's key with mode and seq
+// (e.g. "r:7") and returns the codes after the server's time.
+func (s seqNode) reserveAt(ctx context.Context, t *testing.T, waiter, ticket, inbox, mode string) []int64 {
+	t.Helper()
+	res, err := s.n.Do(ctx, "EVAL", reserveScript.nodeText, "1", s.lock,
+		waiter, ticket, inbox, mode, s.lock).AsIntSlice()
+	if err != nil || len(res) != 3 {
+		t.Fatalf("reserve %s: %v %v", mode, res, err)
+	}
+	return res[2:]
+}
+
+func (s seqNode) pttl(ctx context.Context) int64 {
+	p, _ := s.n.Do(ctx, "PTTL", s.lock).AsInt64()
+	return p
+}
+
+func (s seqNode) deadline(ctx context.Context, member string) float64 {
+	d, _ := s.n.Do(ctx, "ZSCORE", s.qd, member).AsFloat64()
+	return d
+}
+
+// inboxIn returns a channel name in the slot of lock key k (P{T}:K): an
+// inbox the node's scripts may publish to.
+func inboxIn(k, id string) string { return k[:strings.IndexByte(k, '}')+1] + "#in:" + id }
+
+// TestReserveNamesItsCalls: reserve.lua names the call that wrote a
+// reservation or created a queue entry (docs/proposals/direct-grant.md,
+// 1.2-1.3, 1.5). A free key, r:7: the reservation names call 7, code 0.
+// A key held by another, r:7: entry 'w/7 inbox', code 7; r:9 on it: the
+// same entry (member and score), code 7, its deadline pushed on. An entry
+// of its own under another inbox, 'w/3 inbox0', is replaced by 'w/9
+// inbox', code 9. Mutation checked: join creating a new member per call
+// (the second call answers 9 and leaves two entries).
+func TestReserveNamesItsCalls(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := newSeqNode(ctx, t, "rnc", "k")
+	const waiter, ticket = "w", "1000"
+	inbox := inboxIn(s.lock, "A")
+	clean := []string{"DEL", s.lock, s.q, s.qd}
+
+	s.do(ctx, t, clean)
+	if c := s.reserveAt(ctx, t, waiter, ticket, inbox, "r:7"); c[0] != 0 {
+		t.Errorf("free key, r:7: code %d, want 0", c[0])
+	}
+	if v, want := s.get(ctx), "^"+ticket+":"+waiter+"/7:"+inbox; v != want {
+		t.Errorf("free key, r:7: value %q, want %q", v, want)
+	}
+
+	s.do(ctx, t, clean, []string{"SET", s.lock, "other", "PX", "30000"})
+	if c := s.reserveAt(ctx, t, waiter, ticket, inbox, "r:7"); c[0] != 7 {
+		t.Errorf("held key, r:7: code %d, want 7", c[0])
+	}
+	entry := waiter + "/7 " + inbox
+	if l := s.line(ctx); !equalStrings(l, []string{entry}) {
+		t.Fatalf("held key, r:7: line %q, want [%q]", l, entry)
+	}
+	// Pull the deadline in, so that the push is seen without waiting.
+	now, err := s.n.Do(ctx, "TIME").AsIntSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	early := float64(now[0]*1000 + now[1]/1000 + 1000)
+	s.do(ctx, t, []string{"ZADD", s.qd, "XX", fmt.Sprintf("%.0f", early), entry})
+	if c := s.reserveAt(ctx, t, waiter, ticket, inbox, "r:9"); c[0] != 7 {
+		t.Errorf("held key, r:9 after r:7: code %d, want 7 (the entry kept)", c[0])
+	}
+	if l := s.line(ctx); !equalStrings(l, []string{entry}) {
+		t.Errorf("held key, r:9: line %q, want [%q]", l, entry)
+	}
+	if d := s.deadline(ctx, entry); d < early+1500 {
+		t.Errorf("r:9 left the entry's deadline at %.0f (was %.0f): not pushed on", d, early)
+	}
+	if v := s.get(ctx); v != "other!" {
+		t.Errorf("value %q, want 'other!' (marked)", v)
+	}
+
+	old := waiter + "/3 " + inboxIn(s.lock, "B")
+	s.do(ctx, t, clean, []string{"SET", s.lock, "other", "PX", "30000"},
+		[]string{"ZADD", s.q, ticket, old}, []string{"ZADD", s.qd, "99999999999999", old})
+	if c := s.reserveAt(ctx, t, waiter, ticket, inbox, "r:9"); c[0] != 9 {
+		t.Errorf("entry under another inbox, r:9: code %d, want 9", c[0])
+	}
+	if l, want := s.line(ctx), waiter+"/9 "+inbox; !equalStrings(l, []string{want}) {
+		t.Errorf("line %q, want [%q]", l, want)
+	}
+	s.do(ctx, t, clean)
+}
+
+// subscribe listens on channel ch of node n and returns the messages.
+func subscribe(ctx context.Context, t *testing.T, n *redistest.Node, ch string) <-chan string {
+	t.Helper()
+	cl, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{n.Addr()}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, ready := make(chan string, 16), make(chan struct{})
+	sctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var once sync.Once
+		hooked := rueidis.WithOnSubscriptionHook(sctx, func(rueidis.PubSubSubscription) { once.Do(func() { close(ready) }) })
+		_ = cl.Receive(hooked, cl.B().Ssubscribe().Channel(ch).Build(), func(m rueidis.PubSubMessage) { out <- m.Message })
+	}()
+	t.Cleanup(func() { stop(); <-done; cl.Close() })
+	select {
+	case <-ready:
+	case <-ctx.Done():
+		t.Fatal("no subscription")
+	}
+	return out
+}
+
+// TestHandOffCarriesTheEntrySeq: a release of a marked key (release.lua,
+// and release1.lua, the one-key form) hands it to the entry 'w/7 inbox'
+// at the head of its queue: the reservation names w/7 and the message on
+// the inbox says 'h <key> w/7', the call that created the entry, which is
+// what lets the waiter tell this hand-off from one of an older entry.
+// Mutation checked: hand_off rebuilding the waiter from the token alone
+// (entry_waiter(head)): value '^T:w:inbox', message 'h <key> w'.
+func TestHandOffCarriesTheEntrySeq(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := newSeqNode(ctx, t, "hoc", "k")
+	const waiter, ticket = "w", "1000"
+	inbox := inboxIn(s.lock, "A")
+	msgs := subscribe(ctx, t, s.n, inbox)
+	entry := waiter + "/7 " + inbox
+	for _, release := range []struct {
+		name string
+		args []string
+	}{
+		{"release", []string{"EVAL", releaseScript.nodeText, "1", s.lock, "holder", "", s.lock}},
+		{"release1", []string{"EVAL", shebangNodeOOM + commonLua + release1Body, "3", s.lock, s.q, s.qd, "holder"}},
+	} {
+		s.do(ctx, t, []string{"DEL", s.lock, s.q, s.qd}, []string{"SET", s.lock, "holder!", "PX", "30000"},
+			[]string{"ZADD", s.q, ticket, entry}, []string{"ZADD", s.qd, "99999999999999", entry})
+		if err := s.n.Do(ctx, release.args...).Error(); err != nil {
+			t.Fatalf("%s: %v", release.name, err)
+		}
+		if v, want := s.get(ctx), "^"+ticket+":"+waiter+"/7:"+inbox; v != want {
+			t.Errorf("%s: value %q, want %q", release.name, v, want)
+		}
+		select {
+		case m := <-msgs:
+			if want := "h " + s.lock + " " + waiter + "/7"; m != want {
+				t.Errorf("%s: message %q, want %q", release.name, m, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("%s: no message on the inbox", release.name)
+		}
+	}
+	s.do(ctx, t, []string{"DEL", s.lock, s.q, s.qd})
+}
+
+// TestReserveGiveAwayReportsTheNewEntry (case (a) of direct-grant.md 2.4,
+// at script level): key k is w's reservation of call 5, an older waiter
+// o stands in its line; w's r:6 hands k to o and answers code 6, w in
+// line under 'w/6 inbox': a code above the seq its evidence names, so
+// that rule F drops the evidence. Three ways: o's entry put in by hand; o's
+// own reserve call (which asks w to yield: 'y <key> w' on w's inbox); and
+// a leftover entry of w's own, 'w/2 inbox', beside the reservation, which
+// must go (code 6, not 2). Mutations checked: reserve.lua answering 0 for
+// a key it gave away (as the code before the seq did); join keeping the
+// leftover entry when it gives the key away (code 2).
+func TestReserveGiveAwayReportsTheNewEntry(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := newSeqNode(ctx, t, "rga", "k")
+	const waiter, ticket, older, oticket = "w", "1000", "o", "500"
+	inbox, oinbox := inboxIn(s.lock, "W"), inboxIn(s.lock, "O")
+	yields := subscribe(ctx, t, s.n, inbox)
+	oentry := older + "/1 " + oinbox
+	for _, tc := range []struct {
+		name     string
+		leftover bool
+		byCall   bool
+	}{{"by-hand", false, false}, {"by-the-older-waiters-call", false, true}, {"leftover-own-entry", true, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s.do(ctx, t, []string{"DEL", s.lock, s.q, s.qd},
+				[]string{"SET", s.lock, "^" + ticket + ":" + waiter + "/5:" + inbox, "PX", "500"})
+			if tc.byCall {
+				if c := s.reserveAt(ctx, t, older, oticket, oinbox, "r:1"); c[0] != 1 {
+					t.Fatalf("o's r:1 on w's reservation: code %d, want 1", c[0])
+				}
+				select {
+				case m := <-yields:
+					if want := "y " + s.lock + " " + waiter; m != want {
+						t.Errorf("yield request %q, want %q", m, want)
+					}
+				case <-time.After(5 * time.Second):
+					t.Errorf("no yield request on w's inbox")
+				}
+			} else {
+				s.do(ctx, t, []string{"SET", s.lock, "^" + ticket + ":" + waiter + "/5:" + inbox + "!", "PX", "500"},
+					[]string{"ZADD", s.q, oticket, oentry}, []string{"ZADD", s.qd, "99999999999999", oentry})
+			}
+			if tc.leftover {
+				left := waiter + "/2 " + inbox
+				s.do(ctx, t, []string{"ZADD", s.q, ticket, left}, []string{"ZADD", s.qd, "99999999999999", left})
+			}
+			c := s.reserveAt(ctx, t, waiter, ticket, inbox, "r:6")
+			v, line := s.get(ctx), s.line(ctx)
+			t.Logf("w's r:6: code %d; value %q, line %q", c[0], v, line)
+			if c[0] != 6 {
+				t.Errorf("code %d, want 6 (w stands under the entry of call 6)", c[0])
+			}
+			if want := "^" + oticket + ":" + older + "/1:" + oinbox + "!"; v != want {
+				t.Errorf("value %q, want %q (o's, marked: w waits)", v, want)
+			}
+			if want := waiter + "/6 " + inbox; !equalStrings(line, []string{want}) {
+				t.Errorf("line %q, want [%q]", line, want)
+			}
+		})
+	}
+	s.do(ctx, t, []string{"DEL", s.lock, s.q, s.qd})
+}
+
+// TestReserveGuardLeavesANewerReservation (case (c) of direct-grant.md
+// 2.4): key k is w's reservation of call 9, marked, an older waiter in
+// its line. A call 8 of w run late, r:8 or l:8, answers -1 and leaves the
+// value, its expiry and the line as they were: without the guard it would
+// give away a reservation that w's later calls may have reported as its
+// own (r:8 hands it to the older waiter, l:8 too). Mutation
+// checked: no guard (ours ignoring the seq): r:8 hands the key on.
+func TestReserveGuardLeavesANewerReservation(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := newSeqNode(ctx, t, "rgn", "k")
+	const waiter, ticket = "w", "1000"
+	inbox := inboxIn(s.lock, "W")
+	oentry := "o/1 " + inboxIn(s.lock, "O")
+	value := "^" + ticket + ":" + waiter + "/9:" + inbox + "!"
+	for _, mode := range []string{"r:8", "l:8"} {
+		s.do(ctx, t, []string{"DEL", s.lock, s.q, s.qd}, []string{"SET", s.lock, value, "PX", "400"},
+			[]string{"ZADD", s.q, "500", oentry}, []string{"ZADD", s.qd, "99999999999999", oentry})
+		c := s.reserveAt(ctx, t, waiter, ticket, inbox, mode)
+		v, p, line := s.get(ctx), s.pttl(ctx), s.line(ctx)
+		t.Logf("%s on w's reservation of call 9: code %d; value %q PTTL %d, line %q", mode, c[0], v, p, line)
+		if c[0] != -1 {
+			t.Errorf("%s: code %d, want -1", mode, c[0])
+		}
+		if v != value || p > 400 || p <= 0 || !equalStrings(line, []string{oentry}) {
+			t.Errorf("%s: value %q PTTL %d line %q, want %q (PTTL <= 400) and [%q]: untouched", mode, v, p, line, value, oentry)
+		}
+	}
+	s.do(ctx, t, []string{"DEL", s.lock, s.q, s.qd})
 }

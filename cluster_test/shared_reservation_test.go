@@ -66,8 +66,8 @@ func TestSharedKeyHandedToAWaiterByReservationInAnotherProcess(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	inbox, ok := strings.CutPrefix(entry, res.Waiter+" ")
-	if !ok || inbox == "" {
+	tok, seq, inbox := lockval.QueueEntry(entry) // token '/' round ' ' inbox
+	if tok != res.Waiter || seq < 1 || inbox == "" {
 		t.Fatalf("k's line entry %q is not a waiter by reservation's (token %s)", entry, res.Waiter)
 	}
 	if v := lockval.Parse(get(k)); !v.Shared || !v.Marked {
@@ -88,7 +88,7 @@ func TestSharedKeyHandedToAWaiterByReservationInAnotherProcess(t *testing.T) {
 	}
 	after := get(k)
 	if hr, ok := lockval.ParseReserved(after); ok {
-		if hr.Waiter != res.Waiter || hr.Ticket != res.Ticket || hr.Inbox != inbox {
+		if hr.Waiter != res.Waiter || hr.Ticket != res.Ticket || hr.Inbox != inbox || hr.Seq != seq {
 			t.Fatalf("k handed to %+v, want the waiting process's reservation (%s, ticket %d, inbox %s)", hr, res.Waiter, res.Ticket, inbox)
 		}
 	} else if lockval.Holder(after) != res.Waiter {

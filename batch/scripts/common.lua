@@ -171,6 +171,26 @@ local function entry_waiter(m)
   return e and string.sub(m, 1, e - 1) or m
 end
 
+-- entry_parse takes a member of a key's queue apart (lockval.QueueEntry):
+-- the token, the seq of the call that created the entry (0 for a waiter
+-- in line, an older version's entry or a malformed seq) and the inbox
+-- (nil for a waiter in line).
+local function entry_parse(m)
+  local sp = string.find(m, ' ', 1, true)
+  local head = sp and string.sub(m, 1, sp - 1) or m
+  local inbox = sp and string.sub(m, sp + 1) or nil
+  local sl = string.find(head, '/', 1, true)
+  if not sl then
+    return head, 0, inbox
+  end
+  local s = string.sub(head, sl + 1)
+  local n = 0
+  if string.find(s, '^%d+$') and #s <= 15 then
+    n = tonumber(s)
+  end
+  return string.sub(head, 1, sl - 1), n, inbox
+end
+
 -- older reports whether ticket t1 of waiter w1 is older than ticket t2 of
 -- waiter w2: tickets first (exact as numbers below 2^53: microseconds
 -- since 1970 are about 1.8e15), the waiters' bytes break ties. The same

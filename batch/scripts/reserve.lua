@@ -1,45 +1,94 @@
 -- reserve: wait by reservation (docs/design.md, "Waiting by reservation
--- across processes"). A waiting acquisition holds no lock key: it
--- reserves every key it can, and stands in the queue of every other one.
--- Nothing here grants anything; the acquisition is granted by acquire.lua
--- mode 'c' (the confirm), which takes keys that are free, reserved for it
--- or its own, all or nothing.
+-- across processes"; the seq and the guard: docs/proposals/direct-grant.md,
+-- section 1). A waiting acquisition holds no lock key: it reserves every
+-- key it can, and stands in the queue of every other one. Nothing here
+-- grants anything; the acquisition is granted by acquire.lua mode 'c'
+-- (the confirm), which takes keys that are free, reserved for it or its
+-- own, all or nothing.
 --
 -- ARGV[1] the waiter (its lease token, the holder of a plain lease)
 -- ARGV[2] its ticket: server time in microseconds, decimal, the same in
 --         every call of one acquisition (its age: smaller is older)
 -- ARGV[3] its inbox: the sharded channel its Locker listens on, in a slot
 --         of this node
--- ARGV[4] mode: 'r' reserve (or wait in line for) every key, or 'l' leave:
---         give back every key reserved for or held by the waiter and leave
---         every queue
+-- ARGV[4] mode and seq: 'r:<seq>' reserve (or wait in line for) every key,
+--         or 'l:<seq>' leave: give back every key reserved for or held by
+--         the waiter and leave every queue. seq numbers the acquisition's
+--         reserve and leave calls (1, 2, ...; one seq for the calls of one
+--         round, which go to different nodes): reservations and queue
+--         entries this call writes name it, so that the waiter can tell
+--         what a reply or a hand-off message speaks of.
 -- ARGV[5..] the lock keys when the call covers a whole node; a call for
 --         one slot passes ARGV[5] = "", ARGV[6] = n: the lock keys are
 --         KEYS[1..n], followed by their queue keys (declared for Redis's
 --         migration rules).
 --
+-- The guard (both modes): a key whose value is the waiter's reservation
+-- with a seq above this call's was written by a later call of the waiter,
+-- or handed to an entry a later call created: this call (run late: its
+-- reply was lost, it sat in a paused node's socket buffer) leaves it and
+-- its queue alone, so that it can never give away or shorten what the
+-- waiter's later calls may have reported as its own.
+--
 -- Mode 'r', per key:
---   free, reserved for the waiter, or held by it (its first attempt's
---   bare SET, or a confirm that failed on another node): if the key's
---   queue has a live waiter older than this one, the key is handed to the
---   oldest (hand_off) and this waiter joins the queue; otherwise it
---   becomes (or stays) this waiter's reservation for RESERVE_MS, marked
---   when others wait.
---   held by another, or reserved for another: the waiter joins the key's
---   queue (with its ticket as score) and marks the value; if the key is
---   reserved for a younger waiter by reservation, that waiter is asked to
---   yield it ('y <key> <waiter>' on its inbox): its next call hands the
---   key to the oldest waiter (rule Y, cooperative wound-wait).
+--   free, reserved for the waiter (and not guarded), or held by it (its
+--   first attempt's bare SET, or a confirm that failed on another node):
+--   if the key's queue has a live waiter older than this one, the key is
+--   handed to the oldest (hand_off) and this waiter stands in the queue
+--   under a new entry of this call (any entry of its own removed first);
+--   otherwise it becomes (or stays) this waiter's reservation for
+--   RESERVE_MS, naming this call, marked when others wait.
+--   held by another, or reserved for another: the waiter stands in the
+--   key's queue (with its ticket as score; an entry of its own under this
+--   inbox is kept, any other of its own replaced by one of this call) and
+--   marks the value; if the key is reserved for a younger waiter by
+--   reservation, that waiter is asked to yield it ('y <key> <waiter>' on
+--   its inbox): its next call hands the key to the oldest waiter (rule Y,
+--   cooperative wound-wait).
 -- A waiter never writes over a value naming another owner.
 --
 -- Returns {seconds, microseconds, code1, ...}: the server's TIME, then per
--- key 1 when the key is this waiter's reservation now, 0 otherwise.
-local waiter, ticket, inbox, mode = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+-- key (lockval and protocol.KeyReply read them):
+--    0  mode 'r': the key is the waiter's reservation now, written by this
+--       call; mode 'l': the key was left
+--    e  (>= 1, mode 'r') the waiter stands in the key's queue under the
+--       entry created by its call e (this call's seq when it created it)
+--   -1  guarded: the key is the waiter's reservation with a seq above this
+--       call's; nothing was written for it
+local waiter, ticket, inbox = ARGV[1], ARGV[2], ARGV[3]
+local mode, seq = string.match(ARGV[4], '^([rl]):(%d+)$')
+seq = tonumber(seq)
+if not seq or seq < 1 or #ARGV[4] > 17 then
+  return redis.error_reply('ERR slotlock reserve: mode ' .. ARGV[4])
+end
 local keys, first, last = ARGV, 5, #ARGV
 if ARGV[5] == '' then
   keys, first, last = KEYS, 1, tonumber(ARGV[6])
 end
-local me = waiter .. ' ' .. inbox -- the waiter's queue entry
+local sq = string.format('%d', seq)
+local me = waiter .. '/' .. sq .. ' ' .. inbox -- the entry this call creates
+
+-- ours reports whether value v is the waiter's to change in this call:
+-- held by it, or reserved for it with a seq not above this call's (an
+-- older version's reservation, seq 0, included); and, as its second
+-- result, whether v is the waiter's reservation of a later call (the
+-- guard).
+local function ours(v)
+  if not v then
+    return false, false
+  end
+  if v == waiter or holder_of(v) == waiter then
+    return true, false
+  end
+  local t, w, s = res_parse(v)
+  if t then
+    if w ~= waiter then
+      return false, false
+    end
+    return s <= seq, s > seq
+  end
+  return reserved_for(v) == waiter, false
+end
 
 -- Read every key, and the queue of every key whose queue this call may
 -- write, before the first write. An unmarked key of the waiter's own has
@@ -86,17 +135,31 @@ local function leave_mine(k)
   return type(n) == 'number' and n > 0
 end
 
--- join puts the waiter in lock key k's queue, ordered by its ticket, and
--- marks k's value v.
-local function join(k, v)
+-- join puts the waiter in lock key k's queue, ordered by its ticket,
+-- marks k's value v, and returns the seq of the call that created the
+-- entry it stands under. An entry of its own under this inbox is kept
+-- (member and score; its deadline is pushed on), unless fresh is set:
+-- the call gives k away, and the waiter's reply must then report an entry
+-- above any evidence it may hold for k (the reservation it gives away
+-- named an earlier call), so it stands under a new entry of this call.
+-- Entries of its own under another inbox (before a reshard: messages to
+-- it are lost) or without a seq (an older version's) are replaced.
+local function join(k, v, fresh)
   local q, qd = queue_keys(k)
+  local member, e = me, seq
   for _, m in ipairs(redis.call('ZRANGE', q, ticket, ticket, 'BYSCORE')) do
-    if m ~= me and entry_of(m, waiter) then
-      redis.call('ZREM', q, m) -- an entry under an inbox it no longer listens on
-      redis.call('ZREM', qd, m)
+    if entry_of(m, waiter) then
+      local _, ms, min = entry_parse(m)
+      if not fresh and member == me and ms > 0 and min == inbox then
+        member, e = m, ms
+      else
+        redis.call('ZREM', q, m)
+        redis.call('ZREM', qd, m)
+      end
     end
   end
-  enqueue_at(k, v, me, ticket, now)
+  enqueue_at(k, v, member, ticket, now)
+  return e
 end
 
 -- older_waits reports whether lock key k's queue has a live entry older
@@ -112,19 +175,21 @@ end
 for i = first, last do
   local k, v = keys[i], vals[i]
   local code = 0
-  local ours = v and (reserved_for(v) == waiter or v == waiter or holder_of(v) == waiter)
-  if mode == 'l' then
+  local mine, guarded = ours(v)
+  if guarded then
+    code = -1
+  elseif mode == 'l' then
     if lined[i] then
       leave_mine(k)
     end
-    if ours then
+    if mine then
       if string.byte(v, -1) == 33 then -- '!'
         hand_off(k, now)
       else
         redis.call('DEL', k)
       end
     end
-  elseif not v or ours then
+  elseif not v or mine then
     if lined[i] and older_waits(k) then
       -- An older waiter stands in line: the key is its. (A free key
       -- whose queue has waiters: a reservation expired unused, or a
@@ -135,18 +200,17 @@ for i = first, last do
       -- MIGRATING away is refused after this call's writes (docs/faults.md
       -- bug 11). With the waiter in line, the line stays and the
       -- hand-off writes the key marked.
-      join(k, false)
+      code = join(k, false, true)
       hand_off(k, now)
     else
       local mark = ''
       if lined[i] and leave_mine(k) then
         mark = '!'
       end
-      redis.call('SET', k, '^' .. ticket .. ':' .. waiter .. ':' .. inbox .. mark, 'PX', RESERVE_MS)
-      code = 1
+      redis.call('SET', k, '^' .. ticket .. ':' .. waiter .. '/' .. sq .. ':' .. inbox .. mark, 'PX', RESERVE_MS)
     end
   else
-    join(k, v)
+    code = join(k, v, false)
     local ot, ow, _, oin = res_parse(v)
     if ot and older(ticket, waiter, ot, ow) then
       publish(oin, 'y ' .. k .. ' ' .. ow)

@@ -33,8 +33,11 @@ type Queuer interface {
 	Listen(r *Request) (msgs <-chan Msg, stop func())
 	// Reserve reserves (or queues for) every key of set; with leave, it
 	// gives back every key reserved for or held by r.Who instead and
-	// leaves every queue.
-	Reserve(ctx context.Context, set *Set, r *Request, ticket string, leave bool) Reservations
+	// leaves every queue. seq numbers the acquisition's Reserve rounds
+	// (1, 2, ... in the order they are sent): every reservation and queue
+	// entry the round writes names it, and a key reserved for r.Who by a
+	// later round is left alone (docs/proposals/direct-grant.md, 1.5).
+	Reserve(ctx context.Context, set *Set, r *Request, ticket string, seq int64, leave bool) Reservations
 }
 
 // Msg is a message to a waiting acquisition about one of its keys.
@@ -47,10 +50,28 @@ type Msg struct {
 	Seq int64
 }
 
+// KeyReply is what one Reserve round learned of one key (reserve.lua's
+// reply code). The zero value: the key's call failed with nothing
+// written (an error reply, a moved slot), or a leave left the key.
+type KeyReply struct {
+	// Mine (code 0): the key is reserved for the acquisition now, by this
+	// round's call.
+	Mine bool
+	// Entry (code e >= 1): the acquisition stands in the key's queue
+	// under the entry its round Entry created; the key is not its own.
+	Entry int64
+	// Stale (code -1): the key is the acquisition's reservation of a
+	// later round; the call left it alone.
+	Stale bool
+	// Unknown: the call's reply was lost (or its context ended first):
+	// it may have run, or may still run, on the key.
+	Unknown bool
+}
+
 // Reservations is the outcome of one Reserve.
 type Reservations struct {
-	// Mine[i]: key i is reserved for the acquisition now.
-	Mine []bool
+	// Keys[i] is what the round learned of key i.
+	Keys []KeyReply
 	// Deaf: messages cannot reach this acquisition (per-slot calls
 	// cannot publish to an inbox of another slot; the server refused the
 	// subscription): it refreshes at ReserveRefresh even with nothing
@@ -116,10 +137,12 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 
 	mine := make([]bool, n)
 	hinted := make([]time.Time, n) // when a hand-off message last said key i is ours
+	var seq int64                  // the last Reserve round's (lockval.MaxSeq is out of reach)
 	leave := func(cause error) (Grant, error) {
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.CleanupTimeout)
 		defer cancel()
-		res := s.Reserve(lctx, set, r, ticket, true)
+		seq++
+		res := s.Reserve(lctx, set, r, ticket, seq, true)
 		if r.Stats != nil {
 			r.Stats.Rollbacks++
 			if res.Err != nil {
@@ -149,11 +172,12 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 		}
 		if reserve {
 			t0 := time.Now()
-			res := s.Reserve(ctx, set, r, ticket, false)
-			for i, m := range res.Mine {
+			seq++
+			res := s.Reserve(ctx, set, r, ticket, seq, false)
+			for i, k := range res.Keys {
 				// A hand-off message that came after this call was sent
 				// is newer than its reply.
-				if m || hinted[i].Before(t0) {
+				if m := k.Mine; m || hinted[i].Before(t0) {
 					mine[i] = m
 				}
 			}
