@@ -26,8 +26,10 @@ import (
 // mode 'c' confirms, and the messages of releases and of older waiters
 // reach a waiter on its Engine's inbox: one sharded channel per node, in a
 // slot that node owns, subscribed once and kept (a wait costs no
-// SSUBSCRIBE). Messages only hint: a lost one costs a waiter at most
-// protocol.ReserveRefresh, never a lock.
+// SSUBSCRIBE). A hand-off names the round whose queue entry it popped, and
+// the waiter takes it as evidence only by the rules of
+// internal/protocol/evidence.go; the confirm still grants. A lost message
+// costs a waiter at most protocol.ReserveRefresh, never a lock.
 
 var _ protocol.Queuer = (*Engine)(nil)
 

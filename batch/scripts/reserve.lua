@@ -48,7 +48,7 @@
 -- A waiter never writes over a value naming another owner.
 --
 -- Returns {seconds, microseconds, code1, ...}: the server's TIME, then per
--- key (lockval and protocol.KeyReply read them):
+-- key (batch/reserve.go reads them into protocol.KeyReply):
 --    0  mode 'r': the key is the waiter's reservation now, written by this
 --       call; mode 'l': the key was left
 --    e  (>= 1, mode 'r') the waiter stands in the key's queue under the

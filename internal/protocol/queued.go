@@ -3,7 +3,6 @@ package protocol
 import (
 	"context"
 	"errors"
-	"slices"
 	"time"
 )
 
@@ -126,8 +125,9 @@ const ReserveRefresh = 500 * time.Millisecond / 3
 // yield (a message, or ReserveRefresh) and two round trips.
 
 // lockByReservation continues Lock for an acquisition whose first attempt
-// (a) did not take every key: it waits by reservation until its confirm
-// takes them all, or ctx ends.
+// (a) did not take every key: it waits by reservation until its evidence
+// (evidence.go) says every key is reserved for it and its confirm takes
+// them all, or ctx ends.
 func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket string) (Grant, error) {
 	set, r := q.set, q.r
 	n := set.Len()
@@ -135,14 +135,15 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 	defer stop()
 	var index map[string]int // lock key -> set index, built on the first message
 
-	mine := make([]bool, n)
-	hinted := make([]time.Time, n) // when a hand-off message last said key i is ours
-	var seq int64                  // the last Reserve round's (lockval.MaxSeq is out of reach)
+	// The evidence (evidence.go) of which keys are reserved for this
+	// acquisition: replies of its rounds, and hand-offs that name the
+	// round whose queue entry they popped. Rounds are numbered in the
+	// order they are sent, one at a time (lockval.MaxSeq is out of reach).
+	ws := newWaitState(n)
 	leave := func(cause error) (Grant, error) {
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.CleanupTimeout)
 		defer cancel()
-		seq++
-		res := s.Reserve(lctx, set, r, ticket, seq, true)
+		res := s.Reserve(lctx, set, r, ticket, ws.send(time.Now()), true)
 		if r.Stats != nil {
 			r.Stats.Rollbacks++
 			if res.Err != nil {
@@ -154,14 +155,6 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 		}
 		return Grant{}, cause
 	}
-	all := func() bool {
-		for _, m := range mine {
-			if !m {
-				return false
-			}
-		}
-		return true
-	}
 
 	timer := time.NewTimer(ReserveRefresh)
 	defer timer.Stop()
@@ -171,16 +164,9 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 			return leave(context.Cause(ctx))
 		}
 		if reserve {
-			t0 := time.Now()
-			seq++
+			seq := ws.send(time.Now())
 			res := s.Reserve(ctx, set, r, ticket, seq, false)
-			for i, k := range res.Keys {
-				// A hand-off message that came after this call was sent
-				// is newer than its reply.
-				if m := k.Mine; m || hinted[i].Before(t0) {
-					mine[i] = m
-				}
-			}
+			ws.reply(seq, res)
 			if res.Err != nil {
 				if !Transient(res.Err) {
 					return leave(res.Err)
@@ -194,12 +180,14 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 			errs = 0
 			reserve = false
 			next := QueuedRefresh
-			if res.Deaf || slices.Contains(mine, true) {
+			if res.Deaf || ws.anyMine() {
 				next = ReserveRefresh
 			}
 			timer.Reset(next)
 		}
-		if all() {
+		// Every key proved reserved: confirm. (The direct grant, decide
+		// with direct set, is not on yet: docs/proposals/direct-grant.md.)
+		if v, _ := ws.decide(time.Now(), false); v == confirm {
 			t0 := time.Now()
 			a := s.Attempt(ctx, set, 0, r, AttemptOptions{Mode: Confirm, Ticket: ticket})
 			r.Stats.attempt(&a)
@@ -213,10 +201,10 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 			if a.Err != nil && !Transient(a.Err) {
 				return leave(a.Err)
 			}
-			// A reservation lapsed or went to an older waiter, or a
-			// message was stale: what the confirm took on other nodes
-			// goes back to reservations in the next Reserve, at once.
-			clear(mine)
+			// A reservation lapsed or went to an older waiter: what the
+			// confirm took on other nodes goes back to reservations in
+			// the next Reserve, at once.
+			ws.confirmFailed()
 			reserve = true
 			continue
 		}
@@ -230,10 +218,18 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 				}
 			}
 			if i, ok := index[m.Key]; ok {
-				if m.Yield {
+				switch {
+				case m.Yield:
 					reserve = true // the Reserve yields it (rule Y)
-				} else {
-					mine[i], hinted[i] = true, time.Now()
+				case m.Seq == 0:
+					// An older version's hand-off names no round (rule
+					// E0): a hint, which a round turns into evidence.
+					reserve = true
+				default:
+					// A stale one (rule F, rule L) is dropped: the reply
+					// that made it stale already said where the key
+					// stands.
+					ws.handOff(i, m.Seq)
 				}
 			}
 		case <-timer.C:
