@@ -75,6 +75,24 @@ func newLease(l *Locker, set *protocol.Set, token string, ctx context.Context) *
 	return le
 }
 
+// newToken gives a lease not yet granted a new token (an acquisition that
+// must not be granted under its first one: protocol.ErrUnsettled). An
+// owner's lease keeps the owner token and changes its lease token, which is
+// what its calls' hold counts are written under.
+func (le *Lease) newToken() error {
+	token, err := newToken()
+	if err != nil {
+		return err
+	}
+	le.token = token
+	if le.who.Lease != "" {
+		le.who.Lease = token
+	} else {
+		le.who.Holder = token
+	}
+	return nil
+}
+
 func (le *Lease) granted(g protocol.Grant) {
 	le.mu.Lock()
 	defer le.mu.Unlock()
