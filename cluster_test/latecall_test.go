@@ -9,6 +9,10 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/slotlock/slotlock"
+	"github.com/slotlock/slotlock/internal/lockval"
+	"github.com/slotlock/slotlock/slot"
 )
 
 // TestServerRunsAClosedConnectionsCallLate checks the premise of
@@ -80,5 +84,80 @@ func TestServerRunsAClosedConnectionsCallLate(t *testing.T) {
 	}
 	if late == 0 {
 		t.Fatal("in 40 tries the server never ran a closed connection's call after a later one: docs/safety.md and protocol.ErrUnsettled say it can")
+	}
+}
+
+// TestUnsettledReserveGoesOnUnderANewToken: a waiter by reservation whose
+// Reserve got no reply (its node paused past the client's
+// ConnWriteTimeout, which closes the connection) must not be granted
+// under the token that call carries: run late, after a confirm of the same
+// token granted, it would treat the granted key as its own and could hand
+// it to an older waiter. The waiter leaves and goes on under a new token
+// (protocol.ErrUnsettled), and is granted under that one. Mutation: the
+// Reserve's unknown outcome treated as any transient failure (as before):
+// granted under the token that stood in the queue.
+func TestUnsettledReserveGoesOnUnderANewToken(t *testing.T) {
+	e := newEnv(t, time.Minute)
+	const key = "unsettled:1"
+	opt := slotlock.Options{TTL: 30 * time.Second}
+	holder := e.locker(e.client(), opt)
+	short, err := e.c.Client(func(o *rueidis.ClientOption) { o.ConnWriteTimeout = 200 * time.Millisecond })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(short.Close)
+	waiter := e.locker(short, opt)
+	h, err := holder.Lock(e.ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		le  *slotlock.Lease
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		le, err := waiter.Lock(e.ctx, key)
+		got <- result{le, err}
+	}()
+	// The waiter's token, as its queue entry names it.
+	q, _ := e.names.QueueKeysInSlot(key, slot.KeySlot(key))
+	victim := e.master(e.ctx, key)
+	var first string
+	for first == "" {
+		members, err := victim.Do(e.ctx, "ZRANGE", q, "0", "-1").AsStrSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(members) > 0 {
+			first = lockval.QueueWaiter(members[0])
+		}
+		if e.ctx.Err() != nil {
+			t.Fatal("the waiter never stood in the queue")
+		}
+	}
+	// Paused for longer than the waiter's refresh (QueuedRefresh, 400 ms)
+	// plus what rueidis gives a connection that carries a subscription
+	// (the waiter's inbox) before it closes it: a PING after a second
+	// without replies (Dialer.KeepAlive), answered within ConnWriteTimeout
+	// (200 ms here, 10 s by default). A Reserve goes out and its
+	// connection is closed before any reply.
+	if err := victim.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	if err := victim.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Release(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer func() { _ = r.le.Release(context.Background()) }()
+	if lockval.Short(r.le.Token()) == lockval.Short(first) {
+		t.Fatalf("granted under the token %s whose Reserve had no reply", lockval.Short(first))
 	}
 }

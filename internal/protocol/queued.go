@@ -3,6 +3,7 @@ package protocol
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 )
@@ -152,6 +153,15 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 				if m || hinted[i].Before(t0) {
 					mine[i] = m
 				}
+			}
+			if ctx.Err() != nil {
+				return leave(context.Cause(ctx))
+			}
+			if UnknownOutcome(res.Err) {
+				// A Reserve run late, after a later call of this waiter
+				// (a confirm that granted), could hand a key of the
+				// lease to an older waiter: not under this token.
+				return leave(fmt.Errorf("%w: %w", ErrUnsettled, res.Err))
 			}
 			if res.Err != nil {
 				if !Transient(res.Err) {
