@@ -46,10 +46,13 @@ type Lease struct {
 	// conversion (watchdog.go), or Extend. Its release then goes through
 	// the general release script (protocol.Who.Reserved).
 	reserved bool
-	fences   []int64
-	warning  error
-	ended    bool
-	released bool
+	// convertedAt: when reserved was cleared (zero: never set), for the
+	// loss tracker (leaseLoss.ReservedUntil).
+	convertedAt time.Time
+	fences      []int64
+	warning     error
+	ended       bool
+	released    bool
 	// abandoned: a Release ran out of time before the release script
 	// answered. The watchdog stops renewing the lease, so that its keys
 	// expire by their TTL as Release promises, and ends it as released at
@@ -274,6 +277,15 @@ func (le *Lease) expire() {
 	le.end(le.lostError(allOf(le.set.Len())))
 }
 
+// converted records, under mu, that a renewal or Extend answered for every
+// key: none is in reserved form any more.
+func (le *Lease) converted() {
+	if le.reserved {
+		le.reserved = false
+		le.convertedAt = time.Now()
+	}
+}
+
 // isReserved reports whether the lease's keys may still be in reserved
 // form (a direct grant whose conversion has not answered).
 func (le *Lease) isReserved() bool {
@@ -322,7 +334,7 @@ func allOf(n int) []int {
 func (le *Lease) renewed(deadline time.Time) {
 	le.mu.Lock()
 	defer le.mu.Unlock()
-	le.reserved = false
+	le.converted()
 	if deadline.After(le.deadline) {
 		le.deadline = deadline
 		le.holder.SetDeadline(deadline)
@@ -420,7 +432,7 @@ func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	le.mu.Lock()
 	le.deadline = t0.Add(ttl)
 	le.holder.SetDeadline(le.deadline)
-	le.reserved = false // every key answered: each is held now (extend.lua converts)
+	le.converted() // every key answered: each is held now (extend.lua converts)
 	le.mu.Unlock()
 	le.rearmLoss() // lost.go
 	return nil

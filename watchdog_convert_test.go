@@ -130,10 +130,12 @@ func convLease(t *testing.T, eng *convEngine, reserved bool) (*Lease, time.Time)
 func TestConversionIsTheFirstRenewalAtAQuarterOfR(t *testing.T) {
 	// Mutations checked: convertAfter = 0 (converting at the grant: the
 	// call comes before At + R/4); add not scheduling the conversion (no
-	// renewal before the deadline: the tick is TTL/3 away).
+	// renewal before the deadline: the tick is TTL/3 away); converted not
+	// setting convertedAt (ReservedUntil zero after the conversion).
 	eng := newConvEngine()
 	le, at := convLease(t, eng, true)
 	d := le.Deadline()
+	assert.True(t, (*leaseLoss)(le).ReservedUntil().After(time.Now()), "the tracker takes reservations as held")
 	c := eng.awaitExtends(t, 1)[0]
 	assert.False(t, c.at.Before(at.Add(lockval.ReserveTTL/4)), "converted %v after the grant, before R/4", c.at.Sub(at))
 	assert.True(t, c.at.Before(d), "converted %v after the grant, at or past the deadline", c.at.Sub(at))
@@ -146,6 +148,11 @@ func TestConversionIsTheFirstRenewalAtAQuarterOfR(t *testing.T) {
 	require.Eventually(t, func() bool { return le.Deadline().After(d) }, 2*time.Second, time.Millisecond)
 	assert.False(t, le.Deadline().After(c.at.Add(convTTL)))
 	assert.False(t, le.Deadline().Before(at.Add(lockval.ReserveTTL/4).Add(convTTL)))
+	// From the conversion's reply on, a reservation naming the lease is
+	// a loss to the tracker (a call run late).
+	until := (*leaseLoss)(le).ReservedUntil()
+	assert.False(t, until.Before(c.at), "reservations held only in reads sent before %v, the conversion was sent at %v", until, c.at)
+	assert.False(t, until.After(time.Now()))
 	require.NoError(t, le.Err())
 	require.NoError(t, le.Release(context.Background()))
 	require.Len(t, eng.releases, 1)
@@ -219,6 +226,7 @@ func TestHeldLeaseIsNotConverted(t *testing.T) {
 	le, at := convLease(t, eng, false)
 	time.Sleep(time.Until(at.Add(lockval.ReserveTTL)))
 	assert.Empty(t, eng.calls())
+	assert.True(t, (*leaseLoss)(le).ReservedUntil().IsZero(), "a reservation is never this lease's")
 	require.NoError(t, le.Release(context.Background()))
 	assert.False(t, eng.releases[0].Reserved)
 }
