@@ -39,10 +39,12 @@ func TestConfirmOfALapsedKeyLeavesItsOwnEntry(t *testing.T) {
 		others bool
 	}{{"alone", false}, {"others-wait", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			// The waiter's entry under the inbox it gives now, and one
-			// under an inbox of before a reshard: both are its own.
+			// The waiter's entry under the inbox it gives now (with the
+			// seq of the call that created it), and one under an inbox
+			// of before a reshard, in an older version's form (no seq):
+			// both are its own.
 			setup := [][]string{{"DEL", lock, q, qd},
-				{"ZADD", q, ticket, waiter + " inbox1"}, {"ZADD", qd, "99999999999999", waiter + " inbox1"},
+				{"ZADD", q, ticket, waiter + "/3 inbox1"}, {"ZADD", qd, "99999999999999", waiter + "/3 inbox1"},
 				{"ZADD", q, ticket, waiter + " inbox0"}, {"ZADD", qd, "99999999999999", waiter + " inbox0"}}
 			if tc.others {
 				setup = append(setup, []string{"ZADD", q, "2000", other}, []string{"ZADD", qd, "99999999999999", other})

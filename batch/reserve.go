@@ -167,9 +167,11 @@ func (e *Engine) Listen(r *protocol.Request) (<-chan protocol.Msg, func()) {
 	}
 }
 
-// deliver hands one inbox message ("h <key> <waiter>" or "y <key>
+// deliver hands one inbox message ("h <key> <waiter>/<seq>" or "y <key>
 // <waiter>") to its listener, and drops it when the listener is gone or
-// behind (its next reserve learns the same).
+// behind (its next reserve learns the same). A hand-off's seq names the
+// call that created the popped entry (lockval.ParseHandOff; 0 from an
+// older version).
 func (b *inbox) deliver(m rueidis.PubSubMessage) {
 	yield := strings.HasPrefix(m.Message, lockval.Yield)
 	if !yield && !strings.HasPrefix(m.Message, lockval.HandOff) {
@@ -180,14 +182,18 @@ func (b *inbox) deliver(m rueidis.PubSubMessage) {
 	if sp < 0 {
 		return
 	}
+	w, seq := rest[sp+1:], int64(0)
+	if !yield {
+		w, seq = lockval.ParseHandOff(w)
+	}
 	b.mu.Lock()
-	ch := b.listeners[rest[sp+1:]]
+	ch := b.listeners[w]
 	b.mu.Unlock()
 	if ch == nil {
 		return
 	}
 	select {
-	case ch <- protocol.Msg{Key: rest[:sp], Yield: yield}:
+	case ch <- protocol.Msg{Key: rest[:sp], Yield: yield, Seq: seq}:
 	default:
 	}
 }

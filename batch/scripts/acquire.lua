@@ -19,7 +19,7 @@
 --         entries there and marks the grant when others wait;
 --         followed by 'f' when grants take fencing tokens, and in mode 'c'
 --         by ':' and the waiter's ticket (reserve.lua's ARGV[2]: its
---         entries in a queue are 'token inbox', scored by the ticket)
+--         entries in a queue are 'token/seq inbox', scored by the ticket)
 -- ARGV[5..] the lock keys in canonical order (slot, then bytes), when the
 --         call covers a whole node (KEYS[1] then only routes the call).
 --         A call for one slot passes ARGV[5] = "" and ARGV[6] = n instead:
@@ -80,8 +80,9 @@ local own = {}    -- mode 'c': per key in handed, the waiter's entries there
 local others = {} -- mode 'c': per key in handed, whether anyone else is in line
 
 -- own_entries returns a waiter by reservation's entries in lock key k's
--- queue ('token inbox' under any inbox it gave: after a reshard its
--- inbox may be another channel), found by its ticket, their score, and
+-- queue ('token/seq inbox', or 'token inbox' from an older version,
+-- under any inbox it gave: after a reshard its inbox may be another
+-- channel; entry_of), found by its ticket, their score, and
 -- whether the queue holds anyone else. Read before the first write: the
 -- ZREMs that leave them may delete the queue, and in a slot MIGRATING
 -- away a later read of the missing key would be refused after the
@@ -91,9 +92,8 @@ local function own_entries(k)
   local n = redis.call('ZCARD', q)
   local found = {}
   if n > 0 and ticket then
-    local pre = waiter .. ' '
     for _, m in ipairs(redis.call('ZRANGE', q, ticket, ticket, 'BYSCORE')) do
-      if string.sub(m, 1, #pre) == pre then
+      if entry_of(m, waiter) then
         found[#found + 1] = m
       end
     end
@@ -132,7 +132,7 @@ for i = first, last do
     -- others in line. Read the queue now, leave it when writing, and mark
     -- the grant when others remain. (A key reserved for us and unmarked
     -- has no queue: I-mark.) In mode 'c' the waiter's entries are
-    -- 'token inbox', not the bare token leave_queue removes: an entry of
+    -- 'token/seq inbox', not the bare token leave_queue removes: an entry of
     -- its own left in the line (its reserve joined again before a late
     -- hand-off message made it confirm) would mark the grant, and the
     -- grant's release would hand the key to that entry, an acquisition

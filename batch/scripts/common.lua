@@ -4,25 +4,33 @@
 -- A lock key holds a string, held, reserved or shared:
 --   held      holder ['.' fence] ['!']
 --   reserved  '^' waiter ['!']                        (handed to a waiter in line)
---             '^' ticket ':' waiter ':' inbox ['!']   (a waiter by reservation)
+--             '^' ticket ':' waiter ['/' seq] ':' inbox ['!']
+--                                                     (a waiter by reservation)
 --   shared    '~' [holder] ['!']                      (SHARED in shared.lua, the request form's)
 --   holder  the lease token, or for reentrant leases the owner token
 --   fence   the fencing token of the grant, when fencing is on
 --   waiter  the acquisition the key is reserved for (its lease token)
 --   ticket  that acquisition's age: server time in microseconds, decimal
+--   seq     the call of that acquisition the reservation rests on: the
+--           reserve call that wrote it, or the call that created the queue
+--           entry a hand-off popped (docs/proposals/direct-grant.md, 1.2);
+--           decimal, 1 to 15 digits; absent (seq 0) in a value written by
+--           an older version
 --   inbox   the sharded channel its Locker listens on, on this node
 --   '!'     a waiter's mark: the key's queue may hold waiters, and its
 --           release hands the key on (hand_off) or publishes on the key's
 --           channel
 -- '^' is not base64url, so a reserved value never equals or starts with a
--- token: every check that compares a value with a holder (is_mine, SET NX,
--- the pipeline strategy's compare) already refuses a reservation. Tokens
+-- token: every check that compares a value with a holder (SET NX, the
+-- pipeline strategy's compare) already refuses a reservation; is_mine
+-- (hold.lua) takes one naming a plain lease's own token as the lease's, on
+-- purpose (a lease granted directly holds its keys so at first). Tokens
 -- are base64url: never '.', '!', '#', ':', ' ', '^' or '~'; an inbox ends with
 -- one (its Locker id), so a trailing '!' is always the mark.
 -- Reentrant leases also keep a hold set beside the lock key (package
 -- reentrant, hold.lua, which follows this file in every script).
 -- The Go side of this format is internal/lockval (Holder, Fence, Marked,
--- ParseReserved): change both together.
+-- ParseReserved, QueueEntry): change both together.
 
 -- holder_of returns the holder part of a lock value.
 local function holder_of(v)
@@ -65,8 +73,8 @@ end
 -- key's queue, two sorted sets in the key's slot: P{T}#q:K orders waiters
 -- (score: microseconds of server time; a waiter in line (join.lua) scores
 -- the time it first joined and is named by its token, a waiter by
--- reservation (reserve.lua) scores its ticket and is named by its token, a
--- space and its inbox), P{T}#qd:K gives each its deadline (ms, server
+-- reservation (reserve.lua) scores its ticket and is named by its token,
+-- '/', the seq of the call that created the entry, a space and its inbox), P{T}#qd:K gives each its deadline (ms, server
 -- time), which every later join of the same waiter pushes on. A release of
 -- a marked key hands it to the oldest live waiter instead of deleting it:
 -- the key becomes that waiter's reservation for RESERVE_MS, which only
@@ -104,8 +112,8 @@ local function read_queue(k)
   return redis.call('EXISTS', q, qd) > 0
 end
 
--- reserved_for returns the waiter a reserved value names, nil for a held
--- value.
+-- reserved_for returns the waiter a reserved value names (its token,
+-- without the seq), nil for a held value.
 local function reserved_for(v)
   if string.byte(v, 1) ~= 94 then -- '^'
     return nil
@@ -114,12 +122,14 @@ local function reserved_for(v)
   if not c then
     return holder_of(string.sub(v, 2)) -- '^' waiter ['!']
   end
-  return string.sub(v, c + 1, string.find(v, ':', c + 1, true) - 1)
+  local e = string.find(v, '[/:]', c + 1)
+  return string.sub(v, c + 1, e - 1)
 end
 
--- res_parse returns the ticket, waiter and inbox of a reservation of a
--- waiter by reservation ('^' ticket ':' waiter ':' inbox ['!']), nil for
--- any other value.
+-- res_parse returns the ticket, waiter, seq (a number, 0 when the value
+-- has none) and inbox of a reservation of a waiter by reservation ('^'
+-- ticket ':' waiter ['/' seq] ':' inbox ['!']), nil for any other value
+-- (a malformed seq included, as lockval.ParseReserved).
 local function res_parse(v)
   if string.byte(v, 1) ~= 94 then -- '^'
     return nil
@@ -133,7 +143,34 @@ local function res_parse(v)
   if string.byte(v, -1) == 33 then -- '!'
     e = e - 1
   end
-  return string.sub(v, 2, c - 1), string.sub(v, c + 1, d - 1), string.sub(v, d + 1, e)
+  local w, seq = string.sub(v, c + 1, d - 1), 0
+  local s = string.find(w, '/', 1, true)
+  if s then
+    seq = string.sub(w, s + 1)
+    if not string.find(seq, '^%d+$') or #seq > 15 or tonumber(seq) < 1 then
+      return nil
+    end
+    w, seq = string.sub(w, 1, s - 1), tonumber(seq)
+  end
+  return string.sub(v, 2, c - 1), w, seq, string.sub(v, d + 1, e)
+end
+
+-- entry_of reports whether member m of a key's queue is an entry of the
+-- waiter by reservation named waiter: 'waiter/seq inbox', or 'waiter
+-- inbox' as an older version wrote it (lockval.QueueEntry). Tokens have
+-- no '/' and no ' ', so no other token's entry starts so.
+local function entry_of(m, waiter)
+  local n = #waiter
+  local b = string.byte(m, n + 1)
+  return (b == 47 or b == 32) and string.sub(m, 1, n) == waiter -- '/' or ' '
+end
+
+-- entry_waiter returns the token a member of a key's queue names: a
+-- waiter in line's member is its token, a waiter by reservation's starts
+-- with it (up to '/' or ' ').
+local function entry_waiter(m)
+  local e = string.find(m, '[/ ]')
+  return e and string.sub(m, 1, e - 1) or m
 end
 
 -- older reports whether ticket t1 of waiter w1 is older than ticket t2 of
@@ -224,9 +261,13 @@ end
 -- not passed, or deletes it when there is none. Only the owner's own
 -- script calls it on a key that has an owner: no script ever writes over a
 -- value naming someone else. The caller has read k's queue keys before its
--- first write. A waiter by reservation (its entry is waiter ' ' inbox) is
--- handed a reservation naming its ticket and inbox, and woken on its
--- inbox; a waiter in line (its entry is its token) on the key's channel.
+-- first write. A waiter by reservation (its entry is token '/' seq ' '
+-- inbox) is handed a reservation naming its ticket, token/seq and inbox,
+-- and woken on its inbox by a message naming token/seq: the seq is the
+-- call that created the entry, carried unchanged (whatever precedes the
+-- space is copied), so that the waiter can tell this hand-off from one of
+-- an older entry of its own (docs/proposals/direct-grant.md, 1.3-1.4); a
+-- waiter in line (its entry is its token) on the key's channel.
 -- now is the server's time in ms (now_ms), read once by a caller that
 -- hands off several keys; nil reads it here.
 --

@@ -72,13 +72,12 @@ local out = {tonumber(t[1]), tonumber(t[2])}
 -- write go through pcall, a refusal meaning the key is gone: empty.
 local function leave_mine(k)
   local q, qd = queue_keys(k)
-  local pre = waiter .. ' '
   local mine = redis.pcall('ZRANGE', q, ticket, ticket, 'BYSCORE')
   if mine.err then
     return false
   end
   for _, m in ipairs(mine) do
-    if string.sub(m, 1, #pre) == pre then
+    if entry_of(m, waiter) then
       redis.call('ZREM', q, m)
       redis.pcall('ZREM', qd, m)
     end
@@ -91,9 +90,8 @@ end
 -- marks k's value v.
 local function join(k, v)
   local q, qd = queue_keys(k)
-  local pre = waiter .. ' '
   for _, m in ipairs(redis.call('ZRANGE', q, ticket, ticket, 'BYSCORE')) do
-    if m ~= me and string.sub(m, 1, #pre) == pre then
+    if m ~= me and entry_of(m, waiter) then
       redis.call('ZREM', q, m) -- an entry under an inbox it no longer listens on
       redis.call('ZREM', qd, m)
     end
@@ -105,12 +103,10 @@ end
 -- than this waiter.
 local function older_waits(k)
   local head, score = drop_dead(k, now)
-  if not head or head == me then
+  if not head or head == me or entry_of(head, waiter) then
     return false
   end
-  local sp = string.find(head, ' ', 1, true)
-  local w = sp and string.sub(head, 1, sp - 1) or head
-  return older(score, w, ticket, waiter)
+  return older(score, entry_waiter(head), ticket, waiter)
 end
 
 for i = first, last do
@@ -151,7 +147,7 @@ for i = first, last do
     end
   else
     join(k, v)
-    local ot, ow, oin = res_parse(v)
+    local ot, ow, _, oin = res_parse(v)
     if ot and older(ticket, waiter, ot, ow) then
       publish(oin, 'y ' .. k .. ' ' .. ow)
     end

@@ -6,7 +6,8 @@
 //
 //		holder ['.' fence] ['!']                  held
 //		'^' waiter ['!']                          reserved (handed to a waiter in line)
-//		'^' ticket ':' waiter ':' inbox ['!']     reserved (a waiter by reservation)
+//		'^' ticket ':' waiter ['/' seq] ':' inbox ['!']
+//		                                          reserved (a waiter by reservation)
 //		'~' [holder] ['!']                        held shared (Locker.Acquire)
 //
 //	  - holder: the lease token, or for reentrant leases the owner token
@@ -16,6 +17,11 @@
 //	    reserved for; only that acquisition takes it;
 //	  - ticket: that acquisition's age, the server time in microseconds
 //	    (decimal) when it started to wait; the smaller is older;
+//	  - seq: the call of that acquisition the reservation rests on (the
+//	    reserve call that wrote it, or the call that created the queue
+//	    entry a hand-off popped; docs/proposals/direct-grant.md, 1.2),
+//	    decimal, positive; a value without it (an older version) reads as
+//	    seq 0;
 //	  - inbox: the sharded channel its Locker listens on, on the key's node
 //	    (it ends with the Locker's base64url id, never with '!');
 //	  - '~': shared holders hold the key: the one holder's lease token
@@ -55,8 +61,9 @@ const EntryTTL = 3 * time.Second
 // Reserve is the first byte of a reserved value.
 const Reserve = "^"
 
-// ReservedFor returns the waiter a reserved value names, and false for a
-// held value (reserved_for in common.lua).
+// ReservedFor returns the waiter a reserved value names (its lease token,
+// without the seq), and false for a held value (reserved_for in
+// common.lua).
 func ReservedFor(v string) (string, bool) {
 	if r, ok := ParseReserved(v); ok {
 		return r.Waiter, true
@@ -81,10 +88,14 @@ type Reservation struct {
 	Waiter string
 	Inbox  string
 	Marked bool
+	// Seq is the call the reservation rests on; 0 when the value has none
+	// (written by an older version: never evidence for a grant).
+	Seq int64
 }
 
-// ParseReserved reads '^' ticket ':' waiter ':' inbox ['!'] (res_parse in
-// common.lua), and returns false for any other value.
+// ParseReserved reads '^' ticket ':' waiter ['/' seq] ':' inbox ['!']
+// (res_parse in common.lua), and returns false for any other value (a seq
+// that is empty, not decimal or not positive included).
 func ParseReserved(v string) (Reservation, bool) {
 	rest, ok := strings.CutPrefix(v, Reserve)
 	if !ok {
@@ -102,7 +113,15 @@ func ParseReserved(v string) (Reservation, bool) {
 	if !ok || waiter == "" {
 		return Reservation{}, false
 	}
-	r := Reservation{Ticket: t, Waiter: waiter, Inbox: inbox}
+	var seq int64
+	if w, s, cut := strings.Cut(waiter, "/"); cut {
+		n, ok := parseSeq(s)
+		if !ok || w == "" {
+			return Reservation{}, false
+		}
+		waiter, seq = w, n
+	}
+	r := Reservation{Ticket: t, Waiter: waiter, Seq: seq, Inbox: inbox}
 	r.Inbox, r.Marked = strings.CutSuffix(inbox, Mark)
 	return r, true
 }
@@ -110,11 +129,28 @@ func ParseReserved(v string) (Reservation, bool) {
 // FormatReserved writes r in the form ParseReserved reads (reserve.lua
 // writes the same bytes).
 func FormatReserved(r Reservation) string {
-	v := Reserve + strconv.FormatInt(r.Ticket, 10) + ":" + r.Waiter + ":" + r.Inbox
+	v := Reserve + strconv.FormatInt(r.Ticket, 10) + ":" + r.Waiter
+	if r.Seq > 0 {
+		v += "/" + strconv.FormatInt(r.Seq, 10)
+	}
+	v += ":" + r.Inbox
 	if r.Marked {
 		v += Mark
 	}
 	return v
+}
+
+// MaxSeq bounds a call's seq: 15 decimal digits, below 2^53, so that Lua
+// compares seqs exactly as numbers (tonumber).
+const MaxSeq = 999_999_999_999_999
+
+// parseSeq reads a seq: decimal digits only, 1..MaxSeq.
+func parseSeq(s string) (int64, bool) {
+	if s == "" || len(s) > 15 || strings.Trim(s, "0123456789") != "" {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil && n > 0
 }
 
 // Mark is the waiter's mark, the last byte of a marked value.
@@ -124,13 +160,39 @@ const Mark = "!"
 // it hands the key to a waiter: HandOff + the waiter's lease token
 // (hand_off in common.lua). A plain release publishes "r". To a waiter by
 // reservation it goes on the waiter's inbox instead: HandOff + lock key +
-// ' ' + waiter.
+// ' ' + waiter ['/' seq], seq naming the call that created the popped
+// queue entry (ParseHandOff).
 const HandOff = "h "
 
 // Yield starts the message reserve.lua publishes on a waiter's inbox to
 // ask it to give a reserved key to an older waiter: Yield + lock key + ' '
 // + waiter.
 const Yield = "y "
+
+// ParseHandOff splits the last field of a message on an inbox, waiter
+// ['/' seq], into the waiter's token and the seq (0 when there is none or
+// it is malformed: never evidence).
+func ParseHandOff(field string) (waiter string, seq int64) {
+	w, s, cut := strings.Cut(field, "/")
+	if !cut {
+		return field, 0
+	}
+	n, _ := parseSeq(s)
+	return w, n
+}
+
+// HeldBy reports whether v belongs to the plain lease or owner holder: a
+// held value of holder (any fence, marked or not), or a reservation naming
+// holder (a lease granted directly still holds its keys in that form;
+// is_mine in reentrant/hold.lua). Shared values and reservations of
+// other tokens are not.
+func HeldBy(v, holder string) bool {
+	if Holder(v) == holder {
+		return true
+	}
+	w, ok := ReservedFor(v)
+	return ok && w == holder
+}
 
 // Holder returns the holder part of v (holder_of in common.lua).
 func Holder(v string) string {
@@ -195,10 +257,24 @@ func QueueJoined(score float64) time.Time { return time.UnixMicro(int64(score)) 
 
 // QueueWaiter returns the waiter (its lease token) a member of a key's
 // queue names: a waiter in line is its token, a waiter by reservation its
-// token, a space and its inbox (hand_off in common.lua, reserve.lua).
+// token, '/' and the seq of the call that created the entry, a space and
+// its inbox (entry_parse in common.lua; an older version wrote no seq).
 func QueueWaiter(member string) string {
-	w, _, _ := strings.Cut(member, " ")
+	w, _, _ := QueueEntry(member)
 	return w
+}
+
+// QueueEntry takes a member of a key's queue apart: the waiter's token,
+// the seq of the call that created the entry (0 for a waiter in line, an
+// entry without one, or a malformed one) and the inbox ("" for a waiter
+// in line).
+func QueueEntry(member string) (token string, seq int64, inbox string) {
+	head, inbox, _ := strings.Cut(member, " ")
+	token, s, cut := strings.Cut(head, "/")
+	if cut {
+		seq, _ = parseSeq(s)
+	}
+	return token, seq, inbox
 }
 
 // QueueDeadline converts a score of a key's deadline queue (P{T}#qd:K,

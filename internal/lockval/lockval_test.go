@@ -100,9 +100,9 @@ func TestParseReserved(t *testing.T) {
 		want Reservation
 		ok   bool
 	}{
-		{"^1795542335123456:AAAAAAAAAAAAAAAAAAAAAA:p{0}#in:ZZZZ", Reservation{1795542335123456, "AAAAAAAAAAAAAAAAAAAAAA", "p{0}#in:ZZZZ", false}, true},
-		{"^12:abc:x:y:z!", Reservation{12, "abc", "x:y:z", true}, true},
-		{"^12:abc:!", Reservation{12, "abc", "", true}, true},
+		{"^1795542335123456:AAAAAAAAAAAAAAAAAAAAAA:p{0}#in:ZZZZ", Reservation{1795542335123456, "AAAAAAAAAAAAAAAAAAAAAA", "p{0}#in:ZZZZ", false, 0}, true},
+		{"^12:abc:x:y:z!", Reservation{12, "abc", "x:y:z", true, 0}, true},
+		{"^12:abc:!", Reservation{12, "abc", "", true, 0}, true},
 		{"^abc", Reservation{}, false},      // handed to a waiter in line: no ticket
 		{"^x1:abc:i", Reservation{}, false}, // not a ticket
 		{"^12:abc", Reservation{}, false},
@@ -137,6 +137,107 @@ func TestQueueWaiter(t *testing.T) {
 	} {
 		if got := QueueWaiter(m); got != want {
 			t.Errorf("QueueWaiter(%q) = %q, want %q", m, got, want)
+		}
+	}
+}
+
+// TestParseReservedWithSeq: the seq of a waiter by reservation's value
+// (docs/proposals/direct-grant.md, 1.2) is cut off the waiter, so that the
+// waiter is the lease token every ownership test compares with.
+func TestParseReservedWithSeq(t *testing.T) {
+	for _, c := range []struct {
+		v    string
+		want Reservation
+		ok   bool
+	}{
+		{"^12:tok/7:P{a}#in:id!", Reservation{Ticket: 12, Waiter: "tok", Seq: 7, Inbox: "P{a}#in:id", Marked: true}, true},
+		{"^12:tok/7:P{a}#in:id", Reservation{Ticket: 12, Waiter: "tok", Seq: 7, Inbox: "P{a}#in:id"}, true},
+		{"^12:tok:P{a}#in:id", Reservation{Ticket: 12, Waiter: "tok", Inbox: "P{a}#in:id"}, true}, // an older version's: seq 0
+		{"^12:tok/999999999999999:i", Reservation{Ticket: 12, Waiter: "tok", Seq: MaxSeq, Inbox: "i"}, true},
+		{"^12:tok/:in", Reservation{}, false},
+		{"^12:tok/x:in", Reservation{}, false},
+		{"^12:tok/0:in", Reservation{}, false},
+		{"^12:tok/-3:in", Reservation{}, false},
+		{"^12:tok/+3:in", Reservation{}, false},
+		{"^12:tok/1000000000000000:in", Reservation{}, false}, // 16 digits: above Lua's exact range
+		{"^12:/7:in", Reservation{}, false},
+	} {
+		got, ok := ParseReserved(c.v)
+		if ok != c.ok || got != c.want {
+			t.Errorf("ParseReserved(%q) = %+v, %v; want %+v, %v", c.v, got, ok, c.want, c.ok)
+		}
+		if !ok {
+			continue
+		}
+		if FormatReserved(got) != c.v {
+			t.Errorf("FormatReserved(ParseReserved(%q)) = %q", c.v, FormatReserved(got))
+		}
+		if w, rok := ReservedFor(c.v); !rok || w != c.want.Waiter {
+			t.Errorf("ReservedFor(%q) = %q, %v; want %q", c.v, w, rok, c.want.Waiter)
+		}
+		if p := Parse(c.v); p.Waiter != c.want.Waiter || p.Marked != c.want.Marked {
+			t.Errorf("Parse(%q) = %+v", c.v, p)
+		}
+	}
+}
+
+// TestQueueEntry: both forms of a waiter by reservation's entry, and a
+// waiter in line's, name the token (Inspect shows Short of it).
+func TestQueueEntry(t *testing.T) {
+	for _, c := range []struct {
+		m, token, inbox string
+		seq             int64
+	}{
+		{"tok/7 P{a}#in:id", "tok", "P{a}#in:id", 7},
+		{"tok P{a}#in:id", "tok", "P{a}#in:id", 0},
+		{"tok", "tok", "", 0},
+		{"tok/x P{a}#in:id", "tok", "P{a}#in:id", 0}, // malformed: never evidence
+	} {
+		token, seq, inbox := QueueEntry(c.m)
+		if token != c.token || seq != c.seq || inbox != c.inbox {
+			t.Errorf("QueueEntry(%q) = %q, %d, %q; want %q, %d, %q", c.m, token, seq, inbox, c.token, c.seq, c.inbox)
+		}
+		if w := QueueWaiter(c.m); w != c.token {
+			t.Errorf("QueueWaiter(%q) = %q, want %q", c.m, w, c.token)
+		}
+	}
+}
+
+// TestParseHandOff: the last field of a hand-off on an inbox.
+func TestParseHandOff(t *testing.T) {
+	for f, want := range map[string]struct {
+		w   string
+		seq int64
+	}{"tok/7": {"tok", 7}, "tok": {"tok", 0}, "tok/": {"tok", 0}, "tok/x": {"tok", 0}} {
+		if w, seq := ParseHandOff(f); w != want.w || seq != want.seq {
+			t.Errorf("ParseHandOff(%q) = %q, %d; want %q, %d", f, w, seq, want.w, want.seq)
+		}
+	}
+}
+
+// TestHeldBy: the values a plain lease's owner-checked scripts take as
+// its own (is_mine in reentrant/hold.lua), the reserved form included.
+func TestHeldBy(t *testing.T) {
+	for v, want := range map[string]bool{
+		"tok":                     true,
+		"tok!":                    true,
+		"tok.42":                  true,
+		"tok.42!":                 true,
+		"^12:tok/5:P{a}#in:id":    true,
+		"^12:tok/5:P{a}#in:id!":   true,
+		"^12:tok:P{a}#in:id!":     true, // an older version's reservation
+		"^tok!":                   true, // handed to a waiter in line (reserved_for)
+		"tokX":                    false,
+		"tokX.3":                  false,
+		"^12:tokX/5:P{a}#in:id":   false, // our token is a prefix of its
+		"^12:other/5:P{a}#in:id!": false,
+		"~tok":                    false, // shared forms
+		"~tok!":                   false,
+		"~":                       false,
+		"":                        false,
+	} {
+		if got := HeldBy(v, "tok"); got != want {
+			t.Errorf("HeldBy(%q, tok) = %v, want %v", v, got, want)
 		}
 	}
 }

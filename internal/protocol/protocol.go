@@ -185,7 +185,7 @@ func (q *acquisition) finish(ctx context.Context, a *Attempt, t0 time.Time) (Gra
 	if bad, err := q.renew(ctx, old); bad < q.set.Len() || err != nil {
 		return Grant{}, bad, err
 	}
-	g := Grant{Deadline: t0.Add(q.r.TTL), Fences: a.Fences}
+	g := Grant{Deadline: t0.Add(q.r.TTL), Fences: a.Fences, At: t0}
 	short := q.shortfalls()
 	if len(short) == 0 {
 		return g, q.set.Len(), nil

@@ -42,6 +42,10 @@ type Queuer interface {
 type Msg struct {
 	Key   string // the lock key
 	Yield bool   // asked to yield the key to an older waiter; else handed it
+	// Seq, for a hand-off, names the call of the acquisition that created
+	// the queue entry the release popped; 0 when the message has none (an
+	// older version).
+	Seq int64
 }
 
 // Reservations is the outcome of one Reserve.
