@@ -41,10 +41,18 @@ type Lease struct {
 
 	mu       sync.Mutex
 	deadline time.Time
-	fences   []int64
-	warning  error
-	ended    bool
-	released bool
+	// reserved: the keys may still be in reserved form (a direct grant,
+	// protocol.Grant.Reserved) until a renewal answers for every key: the
+	// conversion (watchdog.go), or Extend. Its release then goes through
+	// the general release script (protocol.Who.Reserved).
+	reserved bool
+	// convertedAt: when reserved was cleared (zero: never set), for the
+	// loss tracker (leaseLoss.ReservedUntil).
+	convertedAt time.Time
+	fences      []int64
+	warning     error
+	ended       bool
+	released    bool
 	// abandoned: a Release ran out of time before the release script
 	// answered. The watchdog stops renewing the lease, so that its keys
 	// expire by their TTL as Release promises, and ends it as released at
@@ -75,11 +83,30 @@ func newLease(l *Locker, set *protocol.Set, token string, ctx context.Context) *
 	return le
 }
 
+// newToken gives a lease not yet granted a new token (an acquisition that
+// must not be granted under its first one: protocol.ErrUnsettled). An
+// owner's lease keeps the owner token and changes its lease token, which is
+// what its calls' hold counts are written under.
+func (le *Lease) newToken() error {
+	token, err := newToken()
+	if err != nil {
+		return err
+	}
+	le.token = token
+	if le.who.Lease != "" {
+		le.who.Lease = token
+	} else {
+		le.who.Holder = token
+	}
+	return nil
+}
+
 func (le *Lease) granted(g protocol.Grant) {
 	le.mu.Lock()
 	defer le.mu.Unlock()
 	le.deadline = g.Deadline
-	le.grantedAt = g.Deadline.Add(-le.req.TTL)
+	le.grantedAt = g.At
+	le.reserved = g.Reserved
 	le.fences = g.Fences
 	le.warning = g.Warning
 	le.holder.SetDeadline(g.Deadline)
@@ -105,6 +132,15 @@ func (le *Lease) Token() string { return le.token }
 // SENT plus the TTL. Redis set the expiry when it RECEIVED the request, so
 // the real expiry is no earlier, up to clock-rate drift between client and
 // server.
+//
+// A lease granted to a waiter whose keys were handed to it by their
+// releases, across processes, may hold them at first as reservations,
+// which expire about half a second after they were written: its deadline
+// is then a lower bound on their expiry, about half a second ahead. The
+// lease's first renewal, sent an eighth of a second after the grant (not
+// a third of the TTL), turns them into ordinary holds and moves the
+// deadline to the TTL; a lease released before that never sends it. If
+// that renewal cannot land, the lease ends (lost) at the short deadline.
 func (le *Lease) Deadline() time.Time {
 	le.mu.Lock()
 	defer le.mu.Unlock()
@@ -259,6 +295,43 @@ func (le *Lease) expire() {
 	le.end(le.lostError(allOf(le.set.Len())))
 }
 
+// converted records, under mu, that a renewal or Extend answered for every
+// key: none is in reserved form any more.
+func (le *Lease) converted() {
+	if le.reserved {
+		le.reserved = false
+		le.convertedAt = time.Now()
+	}
+}
+
+// isReserved reports whether the lease's keys may still be in reserved
+// form (a direct grant whose conversion has not answered).
+func (le *Lease) isReserved() bool {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	return le.reserved
+}
+
+// conversionDue returns when the watchdog sends the conversion of a lease
+// granted in reserved form (convertAfter past its grant), and false for
+// any other lease.
+func (le *Lease) conversionDue() (time.Time, bool) {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	return le.grantedAt.Add(convertAfter), le.reserved
+}
+
+// converting reports whether the watchdog may still send the lease's
+// conversion: it has not ended, and no Release gave up on it (an abandoned
+// lease's keys must expire on their own, as Release promised). A lease
+// that does not renew is converted all the same: the conversion completes
+// its grant, which promised the TTL.
+func (le *Lease) converting() bool {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	return !le.ended && !le.abandoned
+}
+
 // renewing reports whether the watchdog should renew the lease.
 func (le *Lease) renewing() bool {
 	le.mu.Lock()
@@ -274,9 +347,12 @@ func allOf(n int) []int {
 	return idx
 }
 
+// renewed records a renewal that answered for every key: each is now held
+// (in reserved form no more) until deadline at the earliest.
 func (le *Lease) renewed(deadline time.Time) {
 	le.mu.Lock()
 	defer le.mu.Unlock()
+	le.converted()
 	if deadline.After(le.deadline) {
 		le.deadline = deadline
 		le.holder.SetDeadline(deadline)
@@ -317,7 +393,11 @@ func (le *Lease) Release(ctx context.Context) error {
 func (le *Lease) release(ctx context.Context) error {
 	var released bool
 	le.forgetLoss() // lost.go: our own DELs are not a loss
-	r := le.eng.Release(ctx, le.set, nil, le.who)
+	le.mu.Lock()
+	who := le.who
+	who.Reserved = le.reserved
+	le.mu.Unlock()
+	r := le.eng.Release(ctx, le.set, nil, who)
 	lost, err := r.Lost, public(r.Err)
 	if err != nil && ctx.Err() != nil {
 		// Not done: the caller may call again with time to spare. The
@@ -370,6 +450,7 @@ func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	le.mu.Lock()
 	le.deadline = t0.Add(ttl)
 	le.holder.SetDeadline(le.deadline)
+	le.converted() // every key answered: each is held now (extend.lua converts)
 	le.mu.Unlock()
 	le.rearmLoss() // lost.go
 	return nil

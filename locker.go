@@ -268,6 +268,7 @@ func (l *Locker) take(ctx context.Context, keys []string, entries []protocol.Ent
 		req.Stats = &le.stats
 	}
 	var g protocol.Grant
+	restarts := 0
 	for {
 		var s Strategy
 		le.eng, s = l.current()
@@ -284,6 +285,21 @@ func (l *Locker) take(ctx context.Context, keys []string, entries []protocol.Ent
 		}
 		if err != nil && s == StrategyLua && scriptsDenied(err) && l.fallBack(err) {
 			continue // the refused scripts wrote nothing
+		}
+		if err != nil && errors.Is(err, protocol.ErrUnsettled) && ctx.Err() == nil {
+			// A call that could delete or give away keys under this
+			// token may still run after any later one: the protocol
+			// rolled back, and the acquisition goes on under a new
+			// token, which no late call of the old one can touch.
+			restarts++
+			if err = protocol.SleepCtx(ctx, protocol.Backoff(restarts)); err != nil {
+				break
+			}
+			if err = le.newToken(); err != nil {
+				break
+			}
+			req.Who = le.who
+			continue
 		}
 		break
 	}

@@ -197,8 +197,9 @@ func (l *Locker) nodesOf(set *protocol.Set) int {
 	return n
 }
 
-// heldFor is how long le has held its keys at now: from the send of the
-// granting attempt (its first deadline minus the TTL).
+// heldFor is how long le has held its keys at now: from its grant
+// (protocol.Grant.At: the send of the granting attempt, or when a direct
+// grant was decided).
 func (le *Lease) heldFor(now time.Time) time.Duration {
 	if le.grantedAt.IsZero() {
 		return 0

@@ -27,9 +27,17 @@ type hold struct {
 	Shared  []string
 	Permits []slotlock.Permit
 	Fences  map[string]int64 // with Options.Fencing
-	// Call is when the granting attempt was sent (Lease.Deadline minus the
-	// TTL), Granted when Lock or TryLock returned: the grant happened on
-	// the server somewhere in between.
+	// Call is the earlier of the moment Lock (TryLock, Acquire) was called
+	// and Lease.Deadline minus the TTL (when the granting attempt was
+	// sent), Granted when it returned: the grant happened on the server
+	// somewhere in between. Deadline minus the TTL alone is no bound for a
+	// lease granted in reserved form (docs/proposals/direct-grant.md 3.2):
+	// its first deadline is lockval.ReserveTTL after the send of the call
+	// its evidence names, not a TTL after the granting send, so with a TTL
+	// below ReserveTTL it would lie after the grant. The earlier of the two
+	// is a bound for every lease (for one granted by an attempt it is the
+	// call of Lock: the window then includes the wait, which costs the
+	// fencing-order check the pairs whose windows now overlap).
 	Call, Granted int64
 	// End is when the holder stopped counting on the keys: the earliest of
 	// its Release call, the moment it saw the lease end (Done), and the
@@ -64,29 +72,30 @@ type recordedLease interface {
 	FencingToken(key string) (int64, bool)
 }
 
-// granted records a lease the moment Lock or TryLock returned it. ttl is
-// the Locker's TTL: Deadline minus ttl is when the granting attempt was sent.
-func (h *history) granted(owner string, le recordedLease, ttl time.Duration) *hold {
-	return h.add(owner, le, le.Keys(), ttl, func(*hold) {})
+// granted records a lease the moment Lock or TryLock returned it; called is
+// when Lock or TryLock was called. ttl is the Locker's TTL: Deadline minus
+// ttl is when the granting attempt was sent (see hold.Call).
+func (h *history) granted(owner string, le recordedLease, called time.Time, ttl time.Duration) *hold {
+	return h.add(owner, le, le.Keys(), called, ttl, func(*hold) {})
 }
 
 // grantedRequest records a lease the moment Locker.Acquire returned it for
 // req (whose TTL, or else the Locker's, is ttl): its exclusive keys, shared
 // keys and permits apart, as Lease.Keys lists them together.
-func (h *history) grantedRequest(owner string, le recordedLease, req slotlock.Request, ttl time.Duration) *hold {
-	return h.add(owner, le, slices.Clone(req.Exclusive), ttl, func(g *hold) {
+func (h *history) grantedRequest(owner string, le recordedLease, req slotlock.Request, called time.Time, ttl time.Duration) *hold {
+	return h.add(owner, le, slices.Clone(req.Exclusive), called, ttl, func(g *hold) {
 		g.Shared = slices.Clone(req.Shared)
 		g.Permits = slices.Clone(req.Permits)
 	})
 }
 
-func (h *history) add(owner string, le recordedLease, keys []string, ttl time.Duration, more func(*hold)) *hold {
+func (h *history) add(owner string, le recordedLease, keys []string, called time.Time, ttl time.Duration, more func(*hold)) *hold {
 	now := h.tl.now()
 	g := &hold{
 		Owner:   owner,
 		Token:   le.Token(),
 		Keys:    keys,
-		Call:    h.tl.at(le.Deadline().Add(-ttl)),
+		Call:    h.tl.at(minTime(called, le.Deadline().Add(-ttl))),
 		Granted: now,
 	}
 	more(g)
@@ -120,6 +129,13 @@ func (h *history) ended(g *hold, le recordedLease, stop, ret int64, how string) 
 	if deadline < stop {
 		g.End, g.EndRet, g.How = deadline, max(ret, deadline), "expired"
 	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 func (h *history) holds() []*hold {

@@ -98,11 +98,12 @@ func TestMasterPaused(t *testing.T) {
 			if exposed {
 				keys = append(keys, onVictim(fmt.Sprintf("watch%d", i), 2)...)
 			}
+			called := time.Now()
 			lease, err := watchLocker.Lock(e.ctx, keys...)
 			if err != nil {
 				t.Fatal(err)
 			}
-			wt := &watcher{lease: lease, g: e.hist.granted("watcher", lease, ttl), exposed: exposed, ended: make(chan time.Time, 1)}
+			wt := &watcher{lease: lease, g: e.hist.granted("watcher", lease, called, ttl), exposed: exposed, ended: make(chan time.Time, 1)}
 			wt.g.Renews = true
 			go func() {
 				<-lease.Done()
@@ -121,11 +122,12 @@ func TestMasterPaused(t *testing.T) {
 		var sleepers []careless
 		for i := range 2 {
 			k := onVictim(fmt.Sprintf("careless%d", i), 1)[0]
+			called := time.Now()
 			lease, err := carelessLocker.Lock(e.ctx, k)
 			if err != nil {
 				t.Fatal(err)
 			}
-			g := e.hist.granted("careless", lease, ttl)
+			g := e.hist.granted("careless", lease, called, ttl)
 			store.write(k, g.Fences[k], g.ID)
 			sleepers = append(sleepers, careless{lease: lease, g: g, key: k})
 		}
@@ -203,12 +205,13 @@ func TestMasterPaused(t *testing.T) {
 		next := e.locker(e.client(), slotlock.Options{TTL: ttl, Fencing: true})
 		for _, c := range sleepers {
 			ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+			called := time.Now()
 			le, err := next.Lock(ctx, c.key)
 			cancel()
 			if err != nil {
 				t.Fatalf("round %d: locking %q after the pause: %v", round, c.key, err)
 			}
-			g := e.hist.granted("next", le, ttl)
+			g := e.hist.granted("next", le, called, ttl)
 			if !store.write(c.key, g.Fences[c.key], g.ID) {
 				t.Errorf("round %d: the new holder of %q was refused (token %d)", round, c.key, g.Fences[c.key])
 			}

@@ -198,6 +198,7 @@ func (q *quorumLoad) run(id int, l *quorum.Locker, window time.Duration) {
 		var le *quorum.Lease
 		var err error
 		q.attempts.Add(1)
+		called := time.Now()
 		if r.IntN(3) == 0 {
 			le, err = l.TryLock(ctx, keys...)
 		} else {
@@ -213,7 +214,7 @@ func (q *quorumLoad) run(id int, l *quorum.Locker, window time.Duration) {
 		}
 		q.grants.Add(1)
 		view := quorumView{le, fmt.Sprintf("q%d", q.id.Add(1))}
-		g := q.hist.granted(owner, view, window)
+		g := q.hist.granted(owner, view, called, window)
 		g.Renews = true
 		timer := time.NewTimer(time.Duration(r.Int64N(int64(q.holdMax) + 1)))
 		select {

@@ -116,6 +116,7 @@ func (w *workload) run(id int, l *slotlock.Locker) {
 		var err error
 		var req slotlock.Request
 		w.stats.attempts.Add(1)
+		called := time.Now()
 		switch {
 		case requests:
 			req = w.request(keys, r)
@@ -134,9 +135,9 @@ func (w *workload) run(id int, l *slotlock.Locker) {
 		var g *hold
 		if requests {
 			w.stats.requests.Add(1)
-			g = w.e.hist.grantedRequest(owner, lease, req, w.opt.TTL)
+			g = w.e.hist.grantedRequest(owner, lease, req, called, w.opt.TTL)
 		} else {
-			g = w.e.hist.granted(owner, lease, w.opt.TTL)
+			g = w.e.hist.granted(owner, lease, called, w.opt.TTL)
 		}
 		g.Renews = w.opt.Renew == slotlock.RenewAlways
 		w.hold(lease, g, r)

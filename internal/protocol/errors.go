@@ -3,6 +3,7 @@ package protocol
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,7 +22,35 @@ var (
 	// ErrReplicas: fewer replicas than asked acknowledged the writes in
 	// time (a *ReplicaError).
 	ErrReplicas = errors.New("slotlock: too few replica acknowledgements")
+	// ErrUnsettled: a call of the acquisition that can delete its keys or
+	// give them away (a trim, a reserve round) got no reply. Its bytes may
+	// still be read by the server after any later call under the same
+	// token (a connection that rueidis closed on a deadline keeps its
+	// unread bytes on the server, and the server may read the new
+	// connection's first: docs/safety.md, "A call that runs after a later
+	// one"), so no grant may follow under that token. Lock rolls back and
+	// returns it; the caller starts again under a new token.
+	ErrUnsettled = errors.New("slotlock: a call that can give keys away has an unknown outcome")
 )
+
+// UnknownOutcome reports whether err holds a node error whose commands may
+// or may not have run.
+func UnknownOutcome(err error) bool {
+	var walk func(error) bool
+	walk = func(err error) bool {
+		if ne, ok := err.(*NodeError); ok {
+			return ne.Kind == rediserr.ErrUnknownOutcome
+		}
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			return slices.ContainsFunc(j.Unwrap(), walk)
+		}
+		if u := errors.Unwrap(err); u != nil {
+			return walk(u)
+		}
+		return false
+	}
+	return err != nil && walk(err)
+}
 
 // NodeError is the failure of one operation's commands on one node.
 type NodeError struct {

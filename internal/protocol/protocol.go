@@ -3,6 +3,7 @@ package protocol
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -184,7 +185,7 @@ func (q *acquisition) finish(ctx context.Context, a *Attempt, t0 time.Time) (Gra
 	if bad, err := q.renew(ctx, old); bad < q.set.Len() || err != nil {
 		return Grant{}, bad, err
 	}
-	g := Grant{Deadline: t0.Add(q.r.TTL), Fences: a.Fences}
+	g := Grant{Deadline: t0.Add(q.r.TTL), Fences: a.Fences, At: t0}
 	short := q.shortfalls()
 	if len(short) == 0 {
 		return g, q.set.Len(), nil
@@ -381,9 +382,10 @@ func Lock(ctx context.Context, s Strategy, set *Set, r *Request) (Grant, error) 
 			above, held = q.touchedAbove(-1), 0
 		}
 		trimmed := make(chan struct{})
+		var trimErr error
 		go func() {
 			defer close(trimmed)
-			_ = q.release(ctx, above) // what it cannot release stays touched
+			trimErr = q.release(ctx, above) // what it cannot release stays touched
 		}()
 
 		// No wait is longer than a third of the TTL while a prefix is
@@ -409,6 +411,11 @@ func Lock(ctx context.Context, s Strategy, set *Set, r *Request) (Grant, error) 
 		<-trimmed
 		if werr != nil {
 			return q.giveUp(ctx, werr)
+		}
+		if UnknownOutcome(trimErr) {
+			// The trim may run after the next attempt re-takes its keys,
+			// and delete them under a granted lease: not under this token.
+			return q.giveUp(ctx, fmt.Errorf("%w: %w", ErrUnsettled, trimErr))
 		}
 	}
 }

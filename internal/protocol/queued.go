@@ -3,6 +3,7 @@ package protocol
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -167,6 +168,18 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 			seq := ws.send(time.Now())
 			res := s.Reserve(ctx, set, r, ticket, seq, false)
 			ws.reply(seq, res)
+			if ctx.Err() != nil {
+				return leave(context.Cause(ctx))
+			}
+			if UnknownOutcome(res.Err) {
+				// A Reserve run late, after a later call of this waiter
+				// (a confirm that granted), could hand a key of the
+				// lease to an older waiter: not under this token. (The
+				// guard of reserve.lua covers reservations only, and rule
+				// L only the evidence: a held key is case (c2) of
+				// docs/proposals/direct-grant.md.)
+				return leave(fmt.Errorf("%w: %w", ErrUnsettled, res.Err))
+			}
 			if res.Err != nil {
 				if !Transient(res.Err) {
 					return leave(res.Err)

@@ -100,8 +100,9 @@ func writeTargets(b *strings.Builder, rp report, pairs []*pairTarget, m *machine
 }
 
 // writeOwnerCheck reads the reference pairs: how close the owner check
-// alone lets any lock come to the raw pipeline on loopback, and how close
-// slotlock comes to that, against what each loopback target asks.
+// alone lets any lock come to the raw pipeline (on loopback, and at K =
+// 1,000 behind each round trip), and how close
+// slotlock comes to that, against what each target asks.
 func writeOwnerCheck(b *strings.Builder, pairs []*pairTarget) {
 	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
 	find := func(label string) *pairTarget {
@@ -113,17 +114,22 @@ func writeOwnerCheck(b *strings.Builder, pairs []*pairTarget) {
 		return nil
 	}
 	var rows []string
-	for _, k := range refKs {
-		chk := find(fmt.Sprintf("K = %d: checked pipeline / raw pipeline", k))
-		sl := find(fmt.Sprintf("K = %d: slotlock / checked pipeline", k))
-		target := find(fmt.Sprintf("K = %d: slotlock / raw pipeline", k))
+	for _, r := range refCells() {
+		chk := find(refLabel("checked pipeline / raw pipeline", r))
+		sl := find(refLabel("slotlock / checked pipeline", r))
+		target := find(refLabel("slotlock / raw pipeline", r))
 		if chk == nil || sl == nil {
 			continue
 		}
+		k := rttText(r.rtt)
+		if r.rtt == 0 {
+			k = "loopback"
+		}
+		k = fmt.Sprintf("%d, %s", r.k, k)
 		mc, okC := chk.median()
 		_, okS := sl.median()
 		if chk.Err != nil || sl.Err != nil || !okC || !okS {
-			rows = append(rows, fmt.Sprintf("| %d | %s | %s | – | – |\n", k, pairCell(chk), pairCell(sl)))
+			rows = append(rows, fmt.Sprintf("| %s | %s | %s | – | – |\n", k, pairCell(chk), pairCell(sl)))
 			continue
 		}
 		need, needSl := "–", "–"
@@ -131,7 +137,7 @@ func writeOwnerCheck(b *strings.Builder, pairs []*pairTarget) {
 			need = fmt.Sprintf("%.2f×", target.Need)
 			needSl = fmt.Sprintf("%.2f×", target.Need/mc)
 		}
-		rows = append(rows, fmt.Sprintf("| %d | %s | %s | %s | %s |\n", k, pairCell(chk), pairCell(sl), need, needSl))
+		rows = append(rows, fmt.Sprintf("| %s | %s | %s | %s | %s |\n", k, pairCell(chk), pairCell(sl), need, needSl))
 	}
 	if len(rows) == 0 {
 		return
@@ -140,7 +146,7 @@ func writeOwnerCheck(b *strings.Builder, pairs []*pairTarget) {
 	p("*checked pipeline* is the raw pipeline with nothing added but that: the same SET NX PX in one DoMulti, then one call per master of the smallest owner-checked release script (`bench/scripts/release_node.lua`: GET every key, DEL those still holding the token), all in one DoMulti. ")
 	p("It is not in the matrix: these reference pairs run it alternately with the raw pipeline, and with slotlock, as the targets' pairs do. ")
 	p("Its ratio to the raw pipeline is a ceiling for every lock that takes keys with SET NX and releases them owner-checked, as slotlock does, on this server; a target divided by it is what slotlock would have to make against the checked pipeline to meet that target (above 1×: out of reach by any such lock). Where slotlock's own part of the gap goes is measured in docs/design.md (\"What the owner check costs, on loopback\").\n\n")
-	p("| K | checked pipeline / raw pipeline | slotlock / checked pipeline | target: slotlock / raw | slotlock / checked pipeline needed for it |\n|---:|---:|---:|---:|---:|\n")
+	p("| K, round trip | checked pipeline / raw pipeline | slotlock / checked pipeline | target: slotlock / raw | slotlock / checked pipeline needed for it |\n|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
 		p("%s", r)
 	}
