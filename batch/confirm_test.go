@@ -12,7 +12,7 @@ import (
 // TestConfirmOfALapsedKeyLeavesItsOwnEntry runs acquire.lua mode 'c' (the
 // confirm of a waiter by reservation, node form, as the engine sends it)
 // on a free key (the waiter's reservation lapsed) whose queue still holds
-// the waiter's own entry, 'token inbox' scored by its ticket (its reserve
+// the waiter's own entry, 'token/seq inbox' scored by its ticket (its reserve
 // joined the line again before a late hand-off message made it confirm).
 // The grant must leave that entry: left behind, it marks the grant, and
 // the grant's release hands the key to an acquisition that is over, a
