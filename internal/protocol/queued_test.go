@@ -1,0 +1,91 @@
+package protocol
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/slotlock/slotlock/slot"
+)
+
+// staleQueuer is a Queuer over one key whose waiter meets case (b) of
+// docs/proposals/direct-grant.md 2.4: round 1 queues it under entry 1,
+// which a release pops (the hand-off naming round 1 is delayed), the
+// reservation lapses unused and another takes the key; round 2 (sent on a
+// yield request) finds the key taken and stands under a new entry, 2.
+// The delayed hand-off arrives after round 2's reply. Round 3 finds the
+// key free and reserves it.
+type staleQueuer struct {
+	msgs     chan Msg
+	reserved bool // the key is reserved for the waiter (round 3 on)
+	confirms int  // confirm attempts sent
+}
+
+func (f *staleQueuer) Attempt(_ context.Context, set *Set, _ int, _ *Request, opt AttemptOptions) Attempt {
+	a := Attempt{State: make([]KeyState, set.Len())}
+	if opt.Mode != Confirm {
+		panic("only confirms expected: Contended skips the first attempt")
+	}
+	f.confirms++
+	if f.reserved {
+		a.State[0] = Held
+	} else {
+		a.Conflicts = []Conflict{{Index: 0, TTL: time.Second}}
+	}
+	return a
+}
+
+func (f *staleQueuer) Release(context.Context, *Set, []int, Who) OwnerResult { return OwnerResult{} }
+func (f *staleQueuer) Extend(context.Context, *Set, []int, Who, time.Duration) OwnerResult {
+	return OwnerResult{}
+}
+func (f *staleQueuer) Wait(context.Context, *Set, int, Conflict, *Request, int, time.Duration) error {
+	return nil
+}
+func (f *staleQueuer) RefreshesHeld() bool                            { return true }
+func (f *staleQueuer) Queues(*Set, *Request) bool                     { return true }
+func (f *staleQueuer) Contended() bool                                { return true }
+func (f *staleQueuer) Ticket(context.Context) (string, error)         { return "1", nil }
+func (f *staleQueuer) Listen(*Request) (msgs <-chan Msg, stop func()) { return f.msgs, func() {} }
+
+func (f *staleQueuer) Reserve(_ context.Context, set *Set, _ *Request, _ string, seq int64, leave bool) Reservations {
+	out := Reservations{Keys: make([]KeyReply, set.Len())}
+	switch {
+	case leave:
+	case seq == 1:
+		out.Keys[0].Entry = 1
+		f.msgs <- Msg{Key: set.Lock[0], Yield: true} // ask for round 2 at once
+	case seq == 2:
+		out.Keys[0].Entry = 2
+		f.msgs <- Msg{Key: set.Lock[0], Seq: 1} // read after this reply
+	default:
+		f.reserved = true
+		out.Keys[0].Mine = true
+	}
+	return out
+}
+
+// TestStaleHandOffCostsNoConfirm: a hand-off naming an entry older than
+// the one the waiter's last reply reported is stale (rule F): the waiter
+// drops it and is granted by the confirm after the round that reserves
+// the key (QueuedRefresh later), with one confirm in all. Read as a hint,
+// as before the evidence, it cost a confirm that failed. Mutation
+// checked: handOff accepting every message naming a sent round (2
+// confirms).
+func TestStaleHandOffCostsNoConfirm(t *testing.T) {
+	names, err := slot.NewNamer("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := NewSet(names, []string{"k"})
+	f := &staleQueuer{msgs: make(chan Msg, 4)}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r := &Request{Who: Who{Holder: "w"}, TTL: 10 * time.Second, CleanupTimeout: time.Second}
+	if _, err := Lock(ctx, f, set, r); err != nil {
+		t.Fatal(err)
+	}
+	if f.confirms != 1 {
+		t.Errorf("%d confirms, want 1 (the stale hand-off made one that failed)", f.confirms)
+	}
+}
