@@ -313,12 +313,18 @@ func (le *Lease) isReserved() bool {
 }
 
 // conversionDue returns when the watchdog sends the conversion of a lease
-// granted in reserved form (convertAfter past its grant), and false for
-// any other lease.
+// granted in reserved form (convertAfter past its grant, or convertAfter
+// before its deadline if that comes first: a waiter grants directly with
+// a deadline at least that far ahead, rule M of protocol's evidence), and
+// false for any other lease.
 func (le *Lease) conversionDue() (time.Time, bool) {
 	le.mu.Lock()
 	defer le.mu.Unlock()
-	return le.grantedAt.Add(convertAfter), le.reserved
+	due := le.grantedAt.Add(convertAfter)
+	if late := le.deadline.Add(-convertAfter); late.Before(due) {
+		due = late
+	}
+	return due, le.reserved
 }
 
 // converting reports whether the watchdog may still send the lease's

@@ -50,11 +50,12 @@ type watchdog struct {
 }
 
 // convertAfter is when a lease in reserved form sends its conversion,
-// after its grant: early enough that a lost reply is retried (convertRetry)
-// within its deadline, which is at least R/2 after the grant (the waiter's
-// rule M), late enough that a lease held for less never sends one (the
-// common case under contention: its release hands the keys on as they
-// are).
+// after its grant, or before its deadline if that comes first
+// (Lease.conversionDue): the deadline is at least R/4 after the grant (the
+// waiter's rule M), so a lost reply is retried (convertRetry) at least
+// three times within it; and a lease held for less than R/4 usually never
+// sends one (the common case under contention: its release hands the keys
+// on as they are).
 const convertAfter = lockval.ReserveTTL / 4
 
 // convertRetry is how soon a failed conversion is sent again.

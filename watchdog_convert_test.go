@@ -109,6 +109,13 @@ const convTTL = 10 * time.Second // the tick's period, TTL/3, is far off
 // queue.
 func convLease(t *testing.T, eng *convEngine, reserved bool) (*Lease, time.Time) {
 	t.Helper()
+	return convLeaseUntil(t, eng, reserved, lockval.ReserveTTL)
+}
+
+// convLeaseUntil is convLease with a reserved lease's Deadline d after its
+// grant.
+func convLeaseUntil(t *testing.T, eng *convEngine, reserved bool, d time.Duration) (*Lease, time.Time) {
+	t.Helper()
 	l := &Locker{opt: Options{TTL: convTTL, ReplicaTimeout: time.Second}}
 	l.dog = newWatchdog(l)
 	t.Cleanup(l.dog.close)
@@ -120,7 +127,7 @@ func convLease(t *testing.T, eng *convEngine, reserved bool) (*Lease, time.Time)
 	at := time.Now()
 	g := protocol.Grant{Deadline: at.Add(convTTL), At: at}
 	if reserved {
-		g = protocol.Grant{Deadline: at.Add(lockval.ReserveTTL), Reserved: true, At: at}
+		g = protocol.Grant{Deadline: at.Add(d), Reserved: true, At: at}
 	}
 	le.granted(g)
 	l.dog.add(le)
@@ -158,6 +165,22 @@ func TestConversionIsTheFirstRenewalAtAQuarterOfR(t *testing.T) {
 	require.Len(t, eng.releases, 1)
 	assert.False(t, eng.releases[0].Reserved)
 	assert.Len(t, eng.calls(), 1, "one conversion, then the tick (TTL/3 away)")
+}
+
+// TestConversionBeforeAnEarlyDeadline: a lease granted directly on
+// evidence that leaves less than R/2 (rule M accepts R/4) converts R/4
+// before its deadline, not R/4 after its grant, so that its retries still
+// fit. Mutation checked: conversionDue ignoring the deadline (sent at
+// At + R/4, 0.05 R before the deadline).
+func TestConversionBeforeAnEarlyDeadline(t *testing.T) {
+	eng := newConvEngine()
+	le, at := convLeaseUntil(t, eng, true, lockval.ReserveTTL*3/10)
+	d := le.Deadline()
+	c := eng.awaitExtends(t, 1)[0]
+	assert.False(t, c.at.After(d.Add(-lockval.ReserveTTL/4).Add(20*time.Millisecond)), "converted %v after the grant, less than R/4 before the deadline (%v after it)", c.at.Sub(at), d.Sub(at))
+	require.Eventually(t, func() bool { return le.Deadline().After(d) }, 2*time.Second, time.Millisecond)
+	require.NoError(t, le.Err())
+	require.NoError(t, le.Release(context.Background()))
 }
 
 func TestConversionRetriedEverySixteenthOfR(t *testing.T) {

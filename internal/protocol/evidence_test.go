@@ -12,7 +12,7 @@ import (
 // "direct" is what the waiter would do with the direct grant on (decide
 // with direct set); with it off it confirms whenever that one grants.
 
-// Times are ms after t0; ReserveTTL (R) is 500 ms, so R/2 = 250 ms.
+// Times are ms after t0; ReserveTTL (R) is 500 ms, so R/4 = 125 ms.
 var t0 = time.Unix(1_800_000_000, 0)
 
 func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
@@ -92,13 +92,15 @@ func TestEvidence(t *testing.T) {
 		},
 		{
 			// Case (a'): round 3 kept entry 1; the hand-off popped entry 1
-			// after it: accepted, D = send(1) + R; confirm once D is
-			// less than R/2 ahead (rule M). Mutation: the floor set to the
-			// reply's round instead of its entry (m(1) dropped).
+			// after it: accepted, D = send(3) + R (round 3 saw entry 1
+			// still queued, so the pop, and the reservation's write,
+			// came after round 3 ran); confirm once D is less than R/4
+			// ahead (rule M). Mutation: the floor set to the reply's
+			// round instead of its entry (m(1) dropped).
 			name: "a-prime-refresh-then-hand-off", n: 1, direct: true,
 			events: []ev{
 				sendAt(0), replyOf(entry(1)), sendAt(100), replyOf(entry(1)), sendAt(200), replyOf(entry(1)),
-				handOff(0, 1), direct(210, 500), direct(250, 500), confirms(251),
+				handOff(0, 1), direct(210, 700), direct(575, 700), confirms(576),
 			},
 		},
 		{
@@ -145,26 +147,42 @@ func TestEvidence(t *testing.T) {
 			// kept). Rule L is per key: the hand-off of key 1's entry 1,
 			// which follows round 2, is still evidence. Round 3 then
 			// reserves key 0 (and fails on key 1's node, which writes
-			// nothing): granted, D from key 1's round 1. Mutation:
-			// rule L applied to every key of the round.
+			// nothing): granted, D from key 1's round 2, the last that
+			// saw entry 1 still queued. Mutation: rule L applied to
+			// every key of the round.
 			name: "q6-round-lost-on-one-node-answered-on-another", n: 2, direct: true,
 			events: []ev{
 				sendAt(0), replyOf(mine(), entry(1)),
 				sendAt(100), replyOf(lostReply(), entry(1)), waiting(101),
 				handOff(1, 1), waiting(102), dropped(0, 1),
-				sendAt(110), replyOf(mine(), failedReply()), direct(120, 500), // key 1's node refused round 3: nothing written
+				sendAt(110), replyOf(mine(), failedReply()), direct(120, 600), // key 1's node refused round 3: nothing written
 			},
 		},
 		{
-			// The deadline: from the round the evidence names, never the
+			// The deadline: from the last round that saw the popped entry
+			// still queued (or the round the evidence names), never the
 			// message's receipt nor the latest round. Round 1 created the
-			// entry at 0, round 2 at 100 kept it, the hand-off is read at
-			// 200: D = 0 + R. At send(1) + R/2 + 1 ms: confirm. Mutation:
-			// D from the latest round (100 + R).
+			// entry at 0, round 2 at 100 kept it, round 3 at 150 failed
+			// (it saw nothing), the hand-off is read at 200: D = 100 + R.
+			// At 600 - R/4 + 1 ms: confirm. Mutations: D from the latest
+			// round (150 + R); D from the round the message names alone
+			// (0 + R).
 			name: "deadline-from-the-named-round", n: 1, direct: true,
 			events: []ev{
-				sendAt(0), replyOf(entry(1)), sendAt(100), replyOf(entry(1)),
-				handOff(0, 1), direct(200, 500), direct(250, 500), confirms(251),
+				sendAt(0), replyOf(entry(1)), sendAt(100), replyOf(entry(1)), sendAt(150), replyOf(failedReply()),
+				handOff(0, 1), direct(200, 600), direct(475, 600), confirms(476),
+			},
+		},
+		{
+			// The hand-off read before the reply of a round that saw its
+			// entry still queued: that reply moves the basis up (the pop
+			// came after the round ran). Mutation: reply not raising the
+			// basis of evidence that names its entry (D = 0 + R: a
+			// confirm at 360).
+			name: "hand-off-before-the-refresh-reply", n: 1, direct: true,
+			events: []ev{
+				sendAt(0), replyOf(entry(1)), sendAt(300), handOff(0, 1), waiting(310),
+				replyOf(entry(1)), direct(360, 800),
 			},
 		},
 		{
