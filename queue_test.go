@@ -480,53 +480,60 @@ func TestPrefixWaiterGivesBackItsPrefixBeforeAReservation(t *testing.T) {
 func TestConfirmKeepsTheMarkWhileOthersWait(t *testing.T) {
 	// Two waiters by reservation stand in line for keys the test holds.
 	// The release hands every key to the older, marked (the younger still
-	// waits); its confirm takes them from the reservation's mark alone
-	// (acquire.lua mode 'c' reads no queue for a key reserved for it), so
-	// its grant must stay marked, or its release would delete the keys
-	// and the younger would wait for its refresh. The younger's grant,
-	// with nobody left in line, is unmarked.
-	e := newEnv(t)
-	ctx := ctxT(t, 30*time.Second)
-	keys := keysN("mk", 3)
-	opt := slotlock.Options{TTL: 30 * time.Second}
-	h, err := e.locker(opt).Lock(ctx, keys...)
-	require.NoError(t, err)
-	leases := make([]chan *slotlock.Lease, 2)
-	for i := range leases {
-		leases[i] = make(chan *slotlock.Lease, 1)
-		l := newEnvOn(t, e.c).locker(opt) // same test, same prefix; a client of its own
-		go func() {
-			lease, err := l.Lock(ctx, keys...)
-			if err != nil {
-				t.Errorf("waiter %d: %v", i, err)
-				close(leases[i])
-				return
+	// waits). Fenced, the older is granted by its confirm, which takes the
+	// keys from the reservation's mark alone (acquire.lua mode 'c' reads
+	// no queue for a key reserved for it), so its grant must stay marked,
+	// or its release would delete the keys and the younger would wait for
+	// its refresh. Granted directly, its keys stay the marked reservations
+	// until its conversion, which keeps the mark (extend.lua). Either way
+	// the younger's grant, with nobody left in line, is unmarked.
+	for _, fenced := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fenced=%v", fenced), func(t *testing.T) {
+			e := newEnv(t)
+			ctx := ctxT(t, 30*time.Second)
+			keys := keysN("mk", 3)
+			opt := slotlock.Options{TTL: 30 * time.Second, Fencing: fenced}
+			h, err := e.locker(opt).Lock(ctx, keys...)
+			require.NoError(t, err)
+			leases := make([]chan *slotlock.Lease, 2)
+			for i := range leases {
+				leases[i] = make(chan *slotlock.Lease, 1)
+				l := newEnvOn(t, e.c).locker(opt) // same test, same prefix; a client of its own
+				go func() {
+					lease, err := l.Lock(ctx, keys...)
+					if err != nil {
+						t.Errorf("waiter %d: %v", i, err)
+						close(leases[i])
+						return
+					}
+					leases[i] <- lease
+				}()
+				require.Eventually(t, func() bool {
+					for _, k := range keys {
+						if e.queueLen(ctx, k) != int64(i+1) {
+							return false
+						}
+					}
+					return true
+				}, 10*time.Second, time.Millisecond, "waiter %d stands in every line", i)
 			}
-			leases[i] <- lease
-		}()
-		require.Eventually(t, func() bool {
+			require.NoError(t, h.Release(ctx))
+			older := <-leases[0]
+			require.NotNil(t, older)
+			require.Equal(t, !fenced, older.DirectGrant())
 			for _, k := range keys {
-				if e.queueLen(ctx, k) != int64(i+1) {
-					return false
-				}
+				v := e.lockValue(ctx, k)
+				require.True(t, lockval.HeldBy(v, older.Token()) && lockval.Marked(v), "key %s: %q, want the older's grant, marked", k, v)
 			}
-			return true
-		}, 10*time.Second, time.Millisecond, "waiter %d stands in every line", i)
+			require.NoError(t, older.Release(ctx))
+			younger := <-leases[1]
+			require.NotNil(t, younger)
+			for _, k := range keys {
+				v := e.lockValue(ctx, k)
+				require.True(t, lockval.HeldBy(v, younger.Token()) && !lockval.Marked(v), "key %s: %q: nobody waits, the grant is unmarked", k, v)
+				require.EqualValues(t, 0, e.queueLen(ctx, k))
+			}
+			require.NoError(t, younger.Release(ctx))
+		})
 	}
-	require.NoError(t, h.Release(ctx))
-	older := <-leases[0]
-	require.NotNil(t, older)
-	for _, k := range keys {
-		v := e.lockValue(ctx, k)
-		require.True(t, strings.HasPrefix(v, older.Token()) && lockval.Marked(v), "key %s: %q, want the older's grant, marked", k, v)
-	}
-	require.NoError(t, older.Release(ctx))
-	younger := <-leases[1]
-	require.NotNil(t, younger)
-	for _, k := range keys {
-		require.Equal(t, younger.Token(), e.lockValue(ctx, k), "nobody waits: the grant is unmarked")
-		require.EqualValues(t, 0, e.queueLen(ctx, k))
-	}
-	require.NoError(t, younger.Release(ctx))
-	require.Empty(t, e.lockKeys(), "no lock, reservation or queue key is left")
 }
