@@ -127,7 +127,7 @@ func TestObserverEvents(t *testing.T) {
 	s2 = rec2.snapshot()
 	w := s2.acquired[1]
 	require.Equal(t, slotlock.OutcomeAcquired, w.Outcome)
-	require.GreaterOrEqual(t, w.Attempts, 2)
+	require.GreaterOrEqual(t, w.Attempts, 1) // the first; a waiter by reservation granted directly sends no confirm
 	require.GreaterOrEqual(t, w.Conflicts, 1)
 	require.GreaterOrEqual(t, w.Waited, 300*time.Millisecond)
 	require.LessOrEqual(t, w.Waited, w.Latency)
