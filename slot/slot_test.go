@@ -2,6 +2,7 @@ package slot
 
 import (
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -158,6 +159,43 @@ func TestNamerPrefix(t *testing.T) {
 	assert.False(t, ok, "a lock key of another prefix is not ours")
 	_, ok = a.UserKey(a.FenceKey(3))
 	assert.False(t, ok, "a fence key is not a lock key")
+}
+
+// Sorted against the definition of canonical order, on both sides of
+// radixMin (the radix sort by slot, and the comparison sort below it):
+// batches with duplicates, keys sharing a slot (hash tags) and slots over
+// the whole range, so that both radix passes matter.
+func TestSortedMatchesDefinition(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for size := range 2 * radixMin * 3 {
+		keys := make([]string, size)
+		for i := range keys {
+			switch r.IntN(4) {
+			case 0: // a repeat of an earlier key
+				if i > 0 {
+					keys[i] = keys[r.IntN(i)]
+					continue
+				}
+				keys[i] = randomKey(r)
+			case 1: // one of a few slots
+				keys[i] = "{t" + string(rune('a'+r.IntN(3))) + "}" + randomKey(r)
+			default:
+				keys[i] = randomKey(r)
+			}
+		}
+		want := make([]Key, len(keys))
+		for i, k := range keys {
+			want[i] = Key{Name: k, Slot: KeySlot(k)}
+		}
+		slices.SortFunc(want, compareKeys)
+		want = slices.Compact(want)
+		got := Sorted(keys)
+		if len(want) == 0 {
+			require.Empty(t, got, "size %d", size)
+			continue
+		}
+		require.Equal(t, want, got, "size %d", size)
+	}
 }
 
 func TestSortedCanonical(t *testing.T) {
