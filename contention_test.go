@@ -420,3 +420,37 @@ func TestWaiterKeepsItsPrefix(t *testing.T) {
 		})
 	}
 }
+
+// A release of a batch spread over every master is one script call per
+// master, in one pipelined round trip: the engine groups a node's keys
+// into one call (batch.groupRuns). A call grouped under the wrong node
+// still ends well (the node refuses it, the engine replans per slot), so
+// only the count shows the difference.
+func TestReleaseIsOneScriptCallPerMaster(t *testing.T) {
+	// Not parallel: it counts script calls on the masters.
+	e := newEnv(t)
+	l := e.locker(slotlock.Options{TTL: 30 * time.Second})
+	ctx := ctxT(t, 30*time.Second)
+	keys := keysN("percall", 100)
+	warm, err := l.Lock(ctx, keys...) // the first lock runs the acquire script
+	require.NoError(t, err)
+	require.NoError(t, warm.Release(ctx))
+	masters, err := e.c.Masters(ctx)
+	require.NoError(t, err)
+	require.Greater(t, len(masters), 1)
+	scripts := func() []int64 {
+		out := make([]int64, len(masters))
+		for i, m := range masters {
+			out[i] = commandCalls(t, ctx, m, "evalsha") + commandCalls(t, ctx, m, "eval")
+		}
+		return out
+	}
+	lease, err := l.Lock(ctx, keys...) // bare SET NX: no script
+	require.NoError(t, err)
+	before := scripts()
+	require.NoError(t, lease.Release(ctx))
+	after := scripts()
+	for i, m := range masters {
+		require.Equal(t, int64(1), after[i]-before[i], "script calls of the release on %s", m.Addr())
+	}
+}

@@ -2,6 +2,7 @@ package batch
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -89,7 +90,9 @@ func (e *Engine) exec(ctx context.Context, calls []call, jobs []job, w *waitAfte
 	for i := range runs {
 		e.workers.do(func() { results <- e.runNode(ctx, i, runs[i], calls, jobs, w) })
 	}
-	got := make([]bool, len(runs))
+	var gotBuf [16]bool
+	got := gotBuf[:0]
+	got = append(got, make([]bool, len(runs))...) // on the stack up to 16 nodes
 	for range runs {
 		select {
 		case r := <-results:
@@ -121,17 +124,33 @@ func (e *Engine) exec(ctx context.Context, calls []call, jobs []job, w *waitAfte
 
 // groupRuns splits calls by node, keeping their order; runs with node-wide
 // calls, and every run when pin is set (a WAIT follows), get the node's own
-// client.
+// client. An operation reaches a few nodes: they are found by a linear
+// search (the slot map's own count bounds it), and every run's calls
+// share one backing array, where a map and a slice per run were about a
+// sixth of the release path's own CPU at K = 100 (docs/benchmarks.md).
 func (e *Engine) groupRuns(calls []call, pin bool) []nodeRun {
-	var runs []nodeRun
-	idx := map[string]int{}
-	for ci, c := range calls {
-		ri, ok := idx[c.node]
-		if !ok {
+	runs := make([]nodeRun, 0, min(len(calls), 8))
+	var ofBuf [64]int
+	var cntBuf [16]int
+	of, cnt := ofBuf[:0], cntBuf[:0] // of[ci]: the run of call ci; cnt[ri]: its calls
+	for _, c := range calls {
+		ri := slices.IndexFunc(runs, func(r nodeRun) bool { return r.node == c.node })
+		if ri < 0 {
 			ri = len(runs)
-			idx[c.node] = ri
 			runs = append(runs, nodeRun{node: c.node})
+			cnt = append(cnt, 0)
 		}
+		of = append(of, ri)
+		cnt[ri]++
+	}
+	backing := make([]int, len(calls))
+	at := 0
+	for ri := range runs {
+		runs[ri].calls = backing[at : at : at+cnt[ri]]
+		at += cnt[ri]
+	}
+	for ci, c := range calls {
+		ri := of[ci]
 		runs[ri].calls = append(runs[ri].calls, ci)
 		if (pin || !c.perSlot) && !runs[ri].pinned {
 			runs[ri].pinned = true
@@ -208,23 +227,30 @@ func (e *Engine) runNode(ctx context.Context, ri int, run nodeRun, calls []call,
 		}
 		client = run.direct
 	}
+	// build makes the commands of the run's calls which (nil: all).
 	build := func(eval bool, which []int) rueidis.Commands {
-		cmds := make(rueidis.Commands, 0, len(which)+1)
-		for _, k := range which {
+		n := len(which)
+		if which == nil {
+			n = len(run.calls)
+		}
+		cmds := make(rueidis.Commands, 0, n+1)
+		last := -1
+		for j := range n {
+			k := j
+			if which != nil {
+				k = which[j]
+			}
 			c := calls[run.calls[k]]
 			cmds = append(cmds, e.build(c, jobs[c.job], eval))
+			last = run.calls[k]
 		}
 		if w != nil {
-			c := calls[run.calls[which[len(which)-1]]]
+			c := calls[last]
 			cmds = append(cmds, e.waitCmd(w, jobs[c.job].set.Lock[c.idx[0]]))
 		}
 		return cmds
 	}
-	all := make([]int, len(run.calls))
-	for k := range all {
-		all[k] = k
-	}
-	res := client.DoMulti(ctx, build(false, all)...)
+	res := client.DoMulti(ctx, build(false, nil)...)
 	copy(r.res, res[:len(run.calls)])
 	for _, x := range res {
 		if rediserr.Lost(x.Error()) {

@@ -77,9 +77,17 @@ func (e *Engine) plan(ctx context.Context, jobs []job, perSlot bool) ([]call, ui
 		return nil, gen, err
 	}
 	n := len(m.Addrs)
-	var calls []call
-	start := make([]int, n+1)
-	next := make([]int, n)
+	// Usually one call per node a job touches: sized for that, and the
+	// counting sort's tables on the stack up to 16 masters (a slice made
+	// with a variable length is always a heap allocation).
+	calls := make([]call, 0, len(jobs)*n)
+	var startBuf [17]int
+	var nextBuf [16]int
+	start, next := startBuf[:], nextBuf[:]
+	if n > len(nextBuf) {
+		start, next = make([]int, n+1), make([]int, n)
+	}
+	start, next = start[:n+1], next[:n]
 	for ji, j := range jobs {
 		// Counting sort of the indexes by owner: canonical order survives
 		// inside each node.

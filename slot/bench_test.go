@@ -39,6 +39,14 @@ func BenchmarkSorted1000(b *testing.B) {
 	}
 }
 
+func BenchmarkSorted100(b *testing.B) {
+	keys := benchKeys(100)
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = Sorted(keys)
+	}
+}
+
 func BenchmarkGroupByNode1000(b *testing.B) {
 	m := NewMap()
 	_ = m.Assign(0, 5460, "n0")

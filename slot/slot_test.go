@@ -1,7 +1,10 @@
 package slot
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -65,6 +68,19 @@ func TestTagCoversEverySlot(t *testing.T) {
 		require.False(t, seen[tag], "tag %q used twice", tag)
 		seen[tag] = true
 	}
+}
+
+// The tags are part of every lock key's name: Lockers of two versions
+// must name a key alike, or both could hold it. This digest of the whole
+// table was taken before its storage changed (one packed string instead
+// of 16,384 strings) and must never move.
+func TestTagTableIsFixed(t *testing.T) {
+	h := sha256.New()
+	for s := range uint16(Count) {
+		h.Write([]byte(Tag(s) + ","))
+	}
+	require.Equal(t, "68b9cfbb879e8714d9aa7c9467d43b9e770d09e314cbaf662d70adbad037ebc6", hex.EncodeToString(h.Sum(nil)))
+	require.Equal(t, []string{"06S", "0or", "6ZJ"}, []string{Tag(0), Tag(100), Tag(16383)})
 }
 
 // randomKey makes keys that stress the hash-tag rule: random bytes, many
@@ -158,6 +174,43 @@ func TestNamerPrefix(t *testing.T) {
 	assert.False(t, ok, "a lock key of another prefix is not ours")
 	_, ok = a.UserKey(a.FenceKey(3))
 	assert.False(t, ok, "a fence key is not a lock key")
+}
+
+// Sorted against the definition of canonical order, on both sides of
+// radixMin (the radix sort by slot, and the comparison sort below it):
+// batches with duplicates, keys sharing a slot (hash tags) and slots over
+// the whole range, so that both radix passes matter.
+func TestSortedMatchesDefinition(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for size := range 2 * radixMin * 3 {
+		keys := make([]string, size)
+		for i := range keys {
+			switch r.IntN(4) {
+			case 0: // a repeat of an earlier key
+				if i > 0 {
+					keys[i] = keys[r.IntN(i)]
+					continue
+				}
+				keys[i] = randomKey(r)
+			case 1: // one of a few slots
+				keys[i] = "{t" + string(rune('a'+r.IntN(3))) + "}" + randomKey(r)
+			default:
+				keys[i] = randomKey(r)
+			}
+		}
+		want := make([]Key, len(keys))
+		for i, k := range keys {
+			want[i] = Key{Name: k, Slot: KeySlot(k)}
+		}
+		slices.SortFunc(want, compareKeys)
+		want = slices.Compact(want)
+		got := Sorted(keys)
+		if len(want) == 0 {
+			require.Empty(t, got, "size %d", size)
+			continue
+		}
+		require.Equal(t, want, got, "size %d", size)
+	}
 }
 
 func TestSortedCanonical(t *testing.T) {

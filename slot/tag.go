@@ -9,7 +9,13 @@ const tagAlphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvw
 
 var (
 	tagsOnce sync.Once
-	tags     *[Count]string
+	// tagText holds every slot's tag at 3*slot, padded with zero bytes
+	// (not in tagAlphabet) to 3: one 48 KiB string. A tag is read per
+	// lock key named, at a random slot: an array of 16,384 string headers
+	// (256 KiB) pointing at as many small strings across the heap cost
+	// two cache misses per key, about 8% of slotlock's own client CPU at
+	// K = 100 (docs/benchmarks.md); here it is one read, mostly cached.
+	tagText string
 )
 
 // Tag returns a short string (one to three bytes from [0-9A-Za-z]) that
@@ -20,7 +26,12 @@ var (
 // (about 250,000 checksums of three bytes, well under 10 ms).
 func Tag(s uint16) string {
 	tagsOnce.Do(buildTags)
-	return tags[s&(Count-1)]
+	i := 3 * int(s&(Count-1))
+	t := tagText[i : i+3]
+	for t[len(t)-1] == 0 { // every tag has at least one byte
+		t = t[:len(t)-1]
+	}
+	return t
 }
 
 func buildTags() {
@@ -55,5 +66,9 @@ func buildTags() {
 			}
 		}
 	}
-	tags = &t
+	packed := make([]byte, 3*Count)
+	for i, tag := range t {
+		copy(packed[3*i:], tag)
+	}
+	tagText = string(packed)
 }

@@ -26,6 +26,36 @@ func TestTryAcquireAllOrNothing(t *testing.T) {
 	require.Zero(t, q.Len())
 }
 
+// Both sides of grantBuf: a batch whose entries grantFree keeps on the
+// stack, and a larger one, which takes the check-then-take path; either
+// way a batch is all or nothing, here and while waiting.
+func TestAllOrNothingAroundGrantBuf(t *testing.T) {
+	for _, n := range []int{grantBuf, grantBuf + 1} {
+		q := New()
+		a, b := &Holder{}, &Holder{}
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = fmt.Sprint("k", i)
+		}
+		require.Nil(t, q.TryAcquire(keys[n-1:], a), "n=%d", n)
+		cs := q.TryAcquire(keys, b)
+		require.Equal(t, []Conflict{{Index: n - 1, TTL: -1}}, cs, "n=%d", n)
+		require.Equal(t, 1, q.Len(), "n=%d: b took nothing", n)
+
+		got := make(chan error, 1)
+		go func() { got <- q.Acquire(context.Background(), keys, b) }()
+		// b waits (for a); until a leaves, no key of b's is granted to
+		// anyone else and a's key stays a's.
+		require.Never(t, func() bool { return len(got) > 0 }, 20*time.Millisecond, time.Millisecond, "n=%d", n)
+		q.Release(keys[n-1:], a)
+		require.NoError(t, <-got, "n=%d", n)
+		require.Equal(t, n, q.Len(), "n=%d: b holds every key", n)
+		require.NotNil(t, q.TryAcquire(keys[:1], a), "n=%d", n)
+		q.Release(keys, b)
+		require.Zero(t, q.Len(), "n=%d", n)
+	}
+}
+
 func TestWaitersAreServedInArrivalOrder(t *testing.T) {
 	q := New()
 	first := &Holder{}

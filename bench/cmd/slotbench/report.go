@@ -187,6 +187,7 @@ func markdown(m *machine, rows []row, pairs []*pairTarget, profs map[int]*profil
 	writeContended(&b, rp)
 	writeProcs(&b, rp)
 	writeTimeBudget(&b, rp, profs)
+	b.WriteString(k100Notes + "\n")
 	writeMicro(&b, micro)
 
 	p("## Files\n\n")
