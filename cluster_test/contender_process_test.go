@@ -55,6 +55,9 @@ type contenderSpec struct {
 	// MsgDelay late (delayingClient), in any order: hand-offs arrive
 	// after their reservation lapsed and the waiter joined again.
 	MsgDelay time.Duration
+	// CallDelay: one call in four of the Locker's waits a random 0 to
+	// CallDelay before it is sent (delayingClient).
+	CallDelay time.Duration
 	// History: in the loop, a lease whose Release reports keys lost is
 	// reported ("held", How "lost") and the loop goes on, for the
 	// history checker to judge; without it that ends the process as an
@@ -122,8 +125,8 @@ func TestContenderProcess(t *testing.T) {
 		os.Exit(2)
 	}
 	var client rueidis.Client = raw
-	if spec.MsgDelay > 0 {
-		client = &delayingClient{Client: raw, max: spec.MsgDelay, r: rand.New(rand.NewPCG(spec.Seed, 6))}
+	if spec.MsgDelay > 0 || spec.CallDelay > 0 {
+		client = newDelayingClient(raw, spec.MsgDelay, spec.CallDelay, spec.Seed)
 	}
 	l, err := slotlock.New(client, slotlock.Options{TTL: spec.TTL, Prefix: spec.Prefix})
 	if err != nil {
@@ -213,6 +216,10 @@ func TestContenderProcess(t *testing.T) {
 			time.Sleep(spec.Hold)
 		}
 		to := sysMonotonic()
+		// The holder counts on its keys until its Deadline at most (a
+		// renewal or conversion that does not land in time ends the
+		// lease there).
+		until := to + int64(time.Until(lease.Deadline()))
 		how := "released"
 		if err := lease.Release(ctx); err != nil {
 			if !spec.History || !errors.Is(err, slotlock.ErrNotHeld) {
@@ -225,6 +232,7 @@ func TestContenderProcess(t *testing.T) {
 		if d := doneAt.Load(); d != 0 && d < to {
 			to = d // it stopped counting on the keys when it saw the end
 		}
+		to = min(to, until)
 		emit(contenderEvent{Event: "held", Token: lease.Token(), Keys: lease.Keys(), From: from, To: to, Wait: int64(wait),
 			Call: call, Ret: ret, Direct: direct, How: how})
 	}
