@@ -3,12 +3,14 @@ package clustertest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,6 +45,24 @@ type contenderSpec struct {
 	// Release: with Keys, hold them for Hold, release them and report
 	// the interval ("held"), then wait to be stopped.
 	Release bool
+	// Freeze: with Keys, freezeAfter after Lock returned nothing more of
+	// this Locker reaches Redis (every connection of its client refuses
+	// to write: frozenDialer), as if the process had died there: no
+	// conversion of a direct grant, no renewal, no release. The process
+	// reports "granted" and waits to be killed.
+	Freeze bool
+	// MsgDelay: every pub/sub message reaches the Locker a random 0 to
+	// MsgDelay late (delayingClient), in any order: hand-offs arrive
+	// after their reservation lapsed and the waiter joined again.
+	MsgDelay time.Duration
+	// CallDelay: one call in four of the Locker's waits a random 0 to
+	// CallDelay before it is sent (delayingClient).
+	CallDelay time.Duration
+	// History: in the loop, a lease whose Release reports keys lost is
+	// reported ("held", How "lost") and the loop goes on, for the
+	// history checker to judge; without it that ends the process as an
+	// error.
+	History bool
 }
 
 // contenderEvent is one line of a contender's stdout; times are
@@ -51,9 +71,29 @@ type contenderEvent struct {
 	Event    string // "granted" (Keys), "held" (an interval), "error"
 	Token    string
 	Keys     []string
-	From, To int64 // Lock returned .. Release called
+	From, To int64 // Lock returned .. Release called (or Done seen, if earlier)
 	Wait     int64 // Lock took (ns)
 	Err      string
+	// Call: Lock was called; Ret: Release returned.
+	Call, Ret int64
+	// Direct: the lease was granted directly (docs/proposals/
+	// direct-grant.md): its Deadline, right after Lock returned, was
+	// within lockval.ReserveTTL, the reservations' lower-bound expiry;
+	// a lease granted by an attempt (a confirm, the fast path) has a
+	// Deadline a TTL after the send, and every contender's TTL is
+	// seconds.
+	Direct bool
+	// Reserved (with Keys): how many of the keys, read right after the
+	// grant, were still in reserved form for this lease: the server's
+	// own word that the grant was direct.
+	Reserved int
+	How      string // with History: "released" or "lost"
+}
+
+// grantedDirectly reports whether le, just returned by Lock, was granted
+// directly (see contenderEvent.Direct).
+func grantedDirectly(le *slotlock.Lease) bool {
+	return time.Until(le.Deadline()) <= lockval.ReserveTTL
 }
 
 func TestContenderProcess(t *testing.T) {
@@ -74,10 +114,19 @@ func TestContenderProcess(t *testing.T) {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		close(stop)
 	}()
-	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: spec.Addrs})
+	opt := rueidis.ClientOption{InitAddress: spec.Addrs}
+	var fz frozenDialer
+	if spec.Freeze {
+		opt.DialCtxFn = fz.dial
+	}
+	raw, err := rueidis.NewClient(opt)
 	if err != nil {
 		emit(contenderEvent{Event: "error", Err: err.Error()})
 		os.Exit(2)
+	}
+	var client rueidis.Client = raw
+	if spec.MsgDelay > 0 || spec.CallDelay > 0 {
+		client = newDelayingClient(raw, spec.MsgDelay, spec.CallDelay, spec.Seed)
 	}
 	l, err := slotlock.New(client, slotlock.Options{TTL: spec.TTL, Prefix: spec.Prefix})
 	if err != nil {
@@ -86,13 +135,45 @@ func TestContenderProcess(t *testing.T) {
 	}
 	ctx := context.Background()
 	if len(spec.Keys) > 0 {
+		// probe reads the keys after the grant: the Locker's own client,
+		// or one of its own when that one is frozen.
+		probe := rueidis.Client(raw)
+		if spec.Freeze {
+			if probe, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: spec.Addrs}); err != nil {
+				emit(contenderEvent{Event: "error", Err: err.Error()})
+				os.Exit(2)
+			}
+		}
+		names, err := slot.NewNamer(spec.Prefix)
+		if err != nil {
+			emit(contenderEvent{Event: "error", Err: err.Error()})
+			os.Exit(2)
+		}
+		call := sysMonotonic()
 		lease, err := l.Lock(ctx, spec.Keys...)
 		if err != nil {
 			emit(contenderEvent{Event: "error", Err: err.Error()})
 			os.Exit(2)
 		}
+		if spec.Freeze {
+			// The conversion of a direct grant is due ReserveTTL/4
+			// (125 ms) after it, or ReserveTTL/4 before its deadline if
+			// that comes first (the waiting test makes its evidence
+			// fresh: it comes later). Not at once: a lease that sends
+			// its conversion at the grant, in the background, is what
+			// the test must see fail.
+			time.AfterFunc(freezeAfter, fz.freeze)
+		}
 		from := sysMonotonic()
-		emit(contenderEvent{Event: "granted", Token: lease.Token(), Keys: spec.Keys, From: from})
+		direct := grantedDirectly(lease)
+		reserved := 0
+		for _, k := range spec.Keys {
+			v, err := probe.Do(ctx, probe.B().Get().Key(names.LockKey(k)).Build()).ToString()
+			if w, ok := lockval.ReservedFor(v); err == nil && ok && w == lease.Token() {
+				reserved++
+			}
+		}
+		emit(contenderEvent{Event: "granted", Token: lease.Token(), Keys: spec.Keys, From: from, Call: call, Direct: direct, Reserved: reserved})
 		if spec.Release {
 			time.Sleep(spec.Hold)
 			to := sysMonotonic()
@@ -100,7 +181,7 @@ func TestContenderProcess(t *testing.T) {
 				emit(contenderEvent{Event: "error", Err: err.Error()})
 				os.Exit(2)
 			}
-			emit(contenderEvent{Event: "held", Token: lease.Token(), Keys: lease.Keys(), From: from, To: to})
+			emit(contenderEvent{Event: "held", Token: lease.Token(), Keys: lease.Keys(), From: from, To: to, Call: call, Direct: direct, Reserved: reserved})
 		}
 		<-stop
 		os.Exit(0)
@@ -116,7 +197,7 @@ func TestContenderProcess(t *testing.T) {
 		for i := range keys {
 			keys[i] = spec.Space[r.IntN(len(spec.Space))]
 		}
-		start := time.Now()
+		start, call := time.Now(), sysMonotonic()
 		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		lease, err := l.Lock(lctx, keys...)
 		cancel()
@@ -126,15 +207,34 @@ func TestContenderProcess(t *testing.T) {
 		}
 		from := sysMonotonic()
 		wait := time.Since(start)
+		direct := grantedDirectly(lease)
+		var doneAt atomic.Int64 // when the holder saw the lease end (a loss), on sysMonotonic
+		if spec.History {
+			go func() { <-lease.Done(); doneAt.Store(sysMonotonic()) }()
+		}
 		if spec.Hold > 0 {
 			time.Sleep(spec.Hold)
 		}
 		to := sysMonotonic()
+		// The holder counts on its keys until its Deadline at most (a
+		// renewal or conversion that does not land in time ends the
+		// lease there).
+		until := to + int64(time.Until(lease.Deadline()))
+		how := "released"
 		if err := lease.Release(ctx); err != nil {
-			emit(contenderEvent{Event: "error", Err: err.Error()})
-			os.Exit(2)
+			if !spec.History || !errors.Is(err, slotlock.ErrNotHeld) {
+				emit(contenderEvent{Event: "error", Err: err.Error()})
+				os.Exit(2)
+			}
+			how = "lost"
 		}
-		emit(contenderEvent{Event: "held", Token: lease.Token(), Keys: lease.Keys(), From: from, To: to, Wait: int64(wait)})
+		ret := sysMonotonic()
+		if d := doneAt.Load(); d != 0 && d < to {
+			to = d // it stopped counting on the keys when it saw the end
+		}
+		to = min(to, until)
+		emit(contenderEvent{Event: "held", Token: lease.Token(), Keys: lease.Keys(), From: from, To: to, Wait: int64(wait),
+			Call: call, Ret: ret, Direct: direct, How: how})
 	}
 }
 
