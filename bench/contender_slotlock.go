@@ -7,6 +7,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/slotlock/slotlock"
+	"github.com/slotlock/slotlock/internal/lockval"
 	"github.com/slotlock/slotlock/slot"
 )
 
@@ -95,9 +96,11 @@ func (h *slotlockHeld) Check(ctx context.Context) error {
 	}
 	token := h.lease.Token()
 	// A waiter may have marked one of our keys with "!" (slotlock's wake-up
-	// request); the key is still ours.
+	// request), and a lease granted directly holds its keys as
+	// reservations naming it until its first renewal (docs/design.md, "The
+	// direct grant"): the key is still ours, and lockval.HeldBy says so.
 	return checkValues(ctx, h.c.env.probe, lockKeys, func(_ int, v string, found bool) bool {
-		return found && (v == token || v == token+"!")
+		return found && lockval.HeldBy(v, token)
 	})
 }
 
