@@ -53,13 +53,6 @@ func entry(e int64) KeyReply { return KeyReply{Entry: e} }
 func lostReply() KeyReply    { return KeyReply{Unknown: true} }
 func staleReply() KeyReply   { return KeyReply{Stale: true} }
 func failedReply() KeyReply  { return KeyReply{} }
-func keysOf(n int, k KeyReply) []KeyReply {
-	out := make([]KeyReply, n)
-	for i := range out {
-		out[i] = k
-	}
-	return out
-}
 
 func TestEvidence(t *testing.T) {
 	for _, tc := range []struct {
