@@ -170,37 +170,37 @@ func TestFencedWaiterStillConfirms(t *testing.T) {
 	require.NoError(t, le.Release(ctx))
 }
 
-// TestNoFalseLossInReservedForm: leases granted directly and held 50 ms
-// (less than their conversion's R/4) are never reported lost: the loss
-// tracker reads a key reserved for the lease as the lease's. Eight Lockers
-// on four keys, three a batch: every batch waits, most are granted
-// directly. Mutation: the tracker comparing the holder alone (every direct
-// grant lost at once).
-func TestNoFalseLossInReservedForm(t *testing.T) {
+// hotRounds has eight Lockers of their own lock three of four keys named
+// prefix:0..3, rounds times each, holding every lease for hold (and
+// failing the test if it is lost meanwhile), and returns how many grants
+// there were and how many of them were direct. Every batch waits.
+func hotRounds(t *testing.T, prefix string, rounds int, hold time.Duration) (total, direct int64) {
 	e := newEnv(t)
 	ctx := ctxT(t, 90*time.Second)
 	ls := hotLockers(t, e, 8, slotlock.Options{TTL: 10 * time.Second})
-	keys := []string{"nfl:0", "nfl:1", "nfl:2", "nfl:3"}
-	var direct, total atomic.Int64
+	keys := []string{prefix + ":0", prefix + ":1", prefix + ":2", prefix + ":3"}
+	var d, n atomic.Int64
 	var wg sync.WaitGroup
 	for w, l := range ls {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for n := range 25 {
-				le, err := l.Lock(ctx, keys[(w+n)%4], keys[(w+n+1)%4], keys[(w+n+2)%4])
+			for r := range rounds {
+				le, err := l.Lock(ctx, keys[(w+r)%4], keys[(w+r+1)%4], keys[(w+r+2)%4])
 				if err != nil {
 					t.Errorf("lock: %v", err)
 					return
 				}
-				total.Add(1)
+				n.Add(1)
 				if le.DirectGrant() {
-					direct.Add(1)
+					d.Add(1)
 				}
-				select {
-				case <-le.Done():
-					t.Errorf("lost while held: %v", le.Err())
-				case <-time.After(50 * time.Millisecond):
+				if hold > 0 {
+					select {
+					case <-le.Done():
+						t.Errorf("lost while held: %v", le.Err())
+					case <-time.After(hold):
+					}
 				}
 				if err := le.Release(ctx); err != nil {
 					t.Errorf("release: %v", err)
@@ -210,8 +210,18 @@ func TestNoFalseLossInReservedForm(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	t.Logf("%d grants, %d direct", total.Load(), direct.Load())
-	require.Greater(t, 2*direct.Load(), total.Load(), "fewer than half the grants were direct: the test proves little")
+	t.Logf("%d grants, %d direct", n.Load(), d.Load())
+	return n.Load(), d.Load()
+}
+
+// TestNoFalseLossInReservedForm: leases granted directly and held 50 ms
+// (less than their conversion's R/4) are never reported lost: the loss
+// tracker reads a key reserved for the lease as the lease's. Most grants
+// are direct. Mutation: the tracker comparing the holder alone (every
+// direct grant lost at once).
+func TestNoFalseLossInReservedForm(t *testing.T) {
+	total, direct := hotRounds(t, "nfl", 25, 50*time.Millisecond)
+	require.Greater(t, 2*direct, total, "fewer than half the grants were direct: the test proves little")
 }
 
 // TestDirectGrantCounts: in the contended shape (Lockers of their own on
@@ -219,34 +229,6 @@ func TestNoFalseLossInReservedForm(t *testing.T) {
 // cannot be silently off. Mutation: the direct grant disabled (all
 // confirm).
 func TestDirectGrantCounts(t *testing.T) {
-	e := newEnv(t)
-	ctx := ctxT(t, 60*time.Second)
-	ls := hotLockers(t, e, 8, slotlock.Options{TTL: 10 * time.Second})
-	keys := []string{"cnt:0", "cnt:1", "cnt:2", "cnt:3"}
-	var direct, total atomic.Int64
-	var wg sync.WaitGroup
-	for w, l := range ls {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; n < 40 && ctx.Err() == nil; n++ {
-				le, err := l.Lock(ctx, keys[(w+n)%4], keys[(w+n+1)%4], keys[(w+n+2)%4])
-				if err != nil {
-					t.Errorf("lock: %v", err)
-					return
-				}
-				total.Add(1)
-				if le.DirectGrant() {
-					direct.Add(1)
-				}
-				if err := le.Release(ctx); err != nil {
-					t.Errorf("release: %v", err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	t.Logf("%d grants, %d direct", total.Load(), direct.Load())
-	require.Greater(t, 2*direct.Load(), total.Load(), "fewer than half the grants were direct")
+	total, direct := hotRounds(t, "cnt", 40, 0)
+	require.Greater(t, 2*direct, total, "fewer than half the grants were direct")
 }
