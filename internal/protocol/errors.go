@@ -36,20 +36,13 @@ var (
 // UnknownOutcome reports whether err holds a node error whose commands may
 // or may not have run.
 func UnknownOutcome(err error) bool {
-	var walk func(error) bool
-	walk = func(err error) bool {
-		if ne, ok := err.(*NodeError); ok {
+	return slices.ContainsFunc(leaves(err), func(e error) bool {
+		if ne, ok := e.(*NodeError); ok {
 			return ne.Kind == rediserr.ErrUnknownOutcome
 		}
-		if j, ok := err.(interface{ Unwrap() []error }); ok {
-			return slices.ContainsFunc(j.Unwrap(), walk)
-		}
-		if u := errors.Unwrap(err); u != nil {
-			return walk(u)
-		}
-		return false
-	}
-	return err != nil && walk(err)
+		u := errors.Unwrap(e) // Wrapped, or fmt.Errorf with one %w
+		return u != nil && UnknownOutcome(u)
+	})
 }
 
 // NodeError is the failure of one operation's commands on one node.
@@ -166,25 +159,32 @@ func (e *Wrapped) Unwrap() error { return e.Err }
 // without a master, an unreadable slot map (a failover or a reshard in
 // progress).
 func Transient(err error) bool {
+	ls := leaves(err)
+	return len(ls) > 0 && !slices.ContainsFunc(ls, func(e error) bool {
+		if ne, ok := e.(*NodeError); ok {
+			return ne.Kind != rediserr.ErrStaleTopology && ne.Kind != rediserr.ErrUnknownOutcome
+		}
+		return !errors.Is(e, slot.ErrUncovered) && !errors.Is(e, topology.ErrTopology)
+	})
+}
+
+// leaves returns the errors err joins (errors.Join, fmt.Errorf with
+// several %w), joins inside them flattened; err itself when it joins
+// nothing or is a NodeError (whose Unwrap gives its kind and cause), and
+// none for nil.
+func leaves(err error) []error {
 	if err == nil {
-		return false
+		return nil
 	}
-	var walk func(error) bool
-	walk = func(err error) bool {
-		if ne, ok := err.(*NodeError); ok {
-			return ne.Kind == rediserr.ErrStaleTopology || ne.Kind == rediserr.ErrUnknownOutcome
-		}
-		if j, ok := err.(interface{ Unwrap() []error }); ok {
-			for _, e := range j.Unwrap() {
-				if !walk(e) {
-					return false
-				}
-			}
-			return true
-		}
-		return errors.Is(err, slot.ErrUncovered) || errors.Is(err, topology.ErrTopology)
+	j, ok := err.(interface{ Unwrap() []error })
+	if _, node := err.(*NodeError); node || !ok {
+		return []error{err}
 	}
-	return walk(err)
+	var out []error
+	for _, e := range j.Unwrap() {
+		out = append(out, leaves(e)...)
+	}
+	return out
 }
 
 // LimitError: a permit asked for with a limit other than the one its live

@@ -28,3 +28,23 @@ func TestTransient(t *testing.T) {
 		}
 	}
 }
+
+func TestUnknownOutcome(t *testing.T) {
+	stale := &NodeError{Node: "a", Kind: rediserr.ErrStaleTopology, Err: errors.New("MOVED")}
+	lost := &NodeError{Node: "b", Kind: rediserr.ErrUnknownOutcome, Err: context.DeadlineExceeded}
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{errors.Join(stale, lost), true},
+		{fmt.Errorf("%w: %w", ErrUnsettled, lost), true},
+		{&Wrapped{Msg: "rollback", Err: errors.Join(stale, lost)}, true},
+		{stale, false},
+		{context.DeadlineExceeded, false}, // the context's, not a call's
+		{nil, false},
+	} {
+		if got := UnknownOutcome(c.err); got != c.want {
+			t.Errorf("UnknownOutcome(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
