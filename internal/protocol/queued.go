@@ -222,15 +222,9 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 		now := time.Now()
 		v, d := ws.decide(now, direct)
 		if v == grantDirect {
-			if r.Stats != nil {
-				r.Stats.Direct = true
-			}
 			return Grant{Deadline: d, Reserved: true, At: now}, nil
 		}
 		if v == confirm {
-			if r.Stats != nil {
-				r.Stats.Confirms++
-			}
 			t0 := time.Now()
 			a := s.Attempt(ctx, set, 0, r, AttemptOptions{Mode: Confirm, Ticket: ticket})
 			r.Stats.attempt(&a)

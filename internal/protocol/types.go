@@ -163,8 +163,6 @@ type Stats struct {
 	Attempts  int           // attempts sent
 	Conflicts int           // keys found held by others, summed over attempts
 	Rollbacks int           // owner-checked releases of keys taken (trims and rollbacks)
-	Confirms  int           // confirm attempts of a waiter by reservation
-	Direct    bool          // granted directly: no confirm, the keys in reserved form
 	Waited    time.Duration // time spent in Wait and in retry pauses
 	// RollbackErr is the error of the last rollback that could not settle
 	// every key (they stay until their TTL).
