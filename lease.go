@@ -304,14 +304,6 @@ func (le *Lease) converted() {
 	}
 }
 
-// isReserved reports whether the lease's keys may still be in reserved
-// form (a direct grant whose conversion has not answered).
-func (le *Lease) isReserved() bool {
-	le.mu.Lock()
-	defer le.mu.Unlock()
-	return le.reserved
-}
-
 // conversionDue returns when the watchdog sends the conversion of a lease
 // granted in reserved form (convertAfter past its grant, or convertAfter
 // before its deadline if that comes first: a waiter grants directly with
@@ -327,22 +319,24 @@ func (le *Lease) conversionDue() (time.Time, bool) {
 	return due, le.reserved
 }
 
-// converting reports whether the watchdog may still send the lease's
-// conversion: it has not ended, and no Release gave up on it (an abandoned
-// lease's keys must expire on their own, as Release promised). A lease
-// that does not renew is converted all the same: the conversion completes
-// its grant, which promised the TTL.
+// converting reports whether the watchdog still has the lease's
+// conversion to send: its keys may be in reserved form (a direct grant
+// whose conversion has not answered), it has not ended, and no Release
+// gave up on it (an abandoned lease's keys must expire on their own, as
+// Release promised). A lease that does not renew is converted all the
+// same: the conversion completes its grant, which promised the TTL.
 func (le *Lease) converting() bool {
 	le.mu.Lock()
 	defer le.mu.Unlock()
-	return !le.ended && !le.abandoned
+	return le.reserved && !le.ended && !le.abandoned
 }
 
-// renewing reports whether the watchdog should renew the lease.
+// renewing reports whether the watchdog's tick should renew the lease (a
+// lease in reserved form is the conversion loop's until it is converted).
 func (le *Lease) renewing() bool {
 	le.mu.Lock()
 	defer le.mu.Unlock()
-	return le.renew && !le.abandoned
+	return le.renew && !le.abandoned && !le.reserved
 }
 
 func allOf(n int) []int {

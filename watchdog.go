@@ -191,7 +191,7 @@ func (w *watchdog) tick() (failed bool) {
 	var renew []*Lease
 	for _, le := range all {
 		switch {
-		case le.renewing() && !le.isReserved(): // a reserved one is convertLoop's
+		case le.renewing():
 			renew = append(renew, le)
 		case !now.Before(le.Deadline()):
 			le.expire()
@@ -325,7 +325,7 @@ func (w *watchdog) convertBatch(due []*Lease) {
 	until := now
 	for _, le := range due {
 		switch {
-		case !le.isReserved() || !le.converting():
+		case !le.converting():
 			// Converted by Extend, ended, or its Release gave up: an
 			// abandoned lease's keys must expire on their own.
 		case !now.Before(le.Deadline()):
@@ -347,7 +347,7 @@ func (w *watchdog) convertBatch(due []*Lease) {
 // retryConversion makes le's conversion due again, unless it has ended
 // (or the watchdog stopped) meanwhile.
 func (w *watchdog) retryConversion(le *Lease) {
-	if !le.isReserved() || !le.converting() {
+	if !le.converting() {
 		return
 	}
 	w.mu.Lock()

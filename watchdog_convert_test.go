@@ -198,7 +198,7 @@ func TestConversionRetriedEverySixteenthOfR(t *testing.T) {
 	assert.True(t, c[2].at.Before(d), "third conversion %v after the grant", c[2].at.Sub(at))
 	require.Eventually(t, func() bool { return le.Deadline().After(d) }, 2*time.Second, time.Millisecond)
 	require.NoError(t, le.Err())
-	assert.False(t, le.isReserved())
+	assert.False(t, le.converting(), "still in reserved form")
 }
 
 func TestConversionThatNeverLandsEndsTheLeaseAtItsDeadline(t *testing.T) {
@@ -244,7 +244,7 @@ func TestReleaseBeforeTheConversionSendsNone(t *testing.T) {
 func TestHeldLeaseIsNotConverted(t *testing.T) {
 	// A lease granted with held keys renews at TTL/3 only. Mutation
 	// checked: conversionDue reporting every lease and convertBatch not
-	// checking isReserved.
+	// checking whether the lease is in reserved form (converting).
 	eng := newConvEngine()
 	le, at := convLease(t, eng, false)
 	time.Sleep(time.Until(at.Add(lockval.ReserveTTL)))
