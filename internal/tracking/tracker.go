@@ -514,7 +514,8 @@ func holds(v string, w *Watch, sent time.Time) bool {
 	if lockval.Holder(v) == w.Holder {
 		return true
 	}
-	return lockval.HeldBy(v, w.Holder) && sent.Before(w.Owner.ReservedUntil())
+	r, ok := lockval.ReservedFor(v) // the rest of lockval.HeldBy
+	return ok && r == w.Holder && sent.Before(w.Owner.ReservedUntil())
 }
 
 // deadlines is a min-heap of watches by deadline; each watch is in it at
