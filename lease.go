@@ -135,12 +135,14 @@ func (le *Lease) Token() string { return le.token }
 //
 // A lease granted to a waiter whose keys were handed to it by their
 // releases, across processes, may hold them at first as reservations,
-// which expire about half a second after they were written: its deadline
-// is then a lower bound on their expiry, about half a second ahead. The
-// lease's first renewal, sent an eighth of a second after the grant (not
-// a third of the TTL), turns them into ordinary holds and moves the
-// deadline to the TTL; a lease released before that never sends it. If
-// that renewal cannot land, the lease ends (lost) at the short deadline.
+// which expire half a second after they were written: its deadline is then
+// a lower bound on their expiry, between an eighth and half a second
+// ahead. The lease's first renewal, sent an eighth of a second after the
+// grant or an eighth of a second before that deadline, whichever comes
+// first (not a third of the TTL), turns them into ordinary holds and moves
+// the deadline to the TTL; a lease released before that never sends it.
+// If that renewal cannot land, the lease ends (lost) at the short
+// deadline.
 func (le *Lease) Deadline() time.Time {
 	le.mu.Lock()
 	defer le.mu.Unlock()

@@ -18,12 +18,13 @@ import (
 // It starts with the first lease and stops with Locker.Close.
 //
 // Leases granted with their keys in reserved form (a direct grant,
-// protocol.Grant.Reserved) have a deadline about lockval.ReserveTTL (R)
-// ahead, far inside the period: a second loop (convertLoop) sends their
-// first renewal, the conversion, R/4 after each grant, batched like a tick,
-// and retries a failed one every R/16 until the deadline, when the lease
-// ends as lost (docs/proposals/direct-grant.md, 3.2). The tick leaves them
-// to it until the conversion has answered.
+// protocol.Grant.Reserved) have a deadline R/4 to R ahead (R =
+// lockval.ReserveTTL), far inside the period: a second loop (convertLoop)
+// sends their first renewal, the conversion, R/4 after each grant or R/4
+// before its deadline if that comes first (Lease.conversionDue), batched
+// like a tick, and retries a failed one every R/16 until the deadline,
+// when the lease ends as lost (docs/design.md, "The direct grant"). The
+// tick leaves them to it until the conversion has answered.
 type watchdog struct {
 	l *Locker
 	// period is TTL/3 of the shortest TTL among the leases it has

@@ -28,7 +28,8 @@ import (
 // slot that node owns, subscribed once and kept (a wait costs no
 // SSUBSCRIBE). A hand-off names the round whose queue entry it popped, and
 // the waiter takes it as evidence only by the rules of
-// internal/protocol/evidence.go; the confirm still grants. A lost message
+// internal/protocol/evidence.go (a direct grant rests on it; fenced leases
+// and MinReplicas still confirm). A lost message
 // costs a waiter at most protocol.ReserveRefresh, never a lock.
 
 var _ protocol.Queuer = (*Engine)(nil)

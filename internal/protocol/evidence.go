@@ -13,12 +13,13 @@ import (
 // pure (no I/O, the clock passed in), so that every ABA case of the
 // specification's table 2.4 is a table test (evidence_test.go).
 //
-// Today the decision only ever says "confirm": a waiter whose every key is
-// proved reserved for it runs the confirm (acquire.lua mode 'c'), as it
-// did when messages were hints. What the evidence gains already: a stale
-// message (rule F, rule L) no longer triggers a confirm that fails. The
-// direct grant (no confirm; Deadline = the reservations' lower-bound
-// expiry) is decide with direct set, which nothing sets yet.
+// A waiter whose every key is proved reserved for it is granted directly
+// (no confirm; Deadline = the reservations' lower-bound expiry), or, when
+// its lease needs a script at the grant (fences, MinReplicas) or the
+// evidence is too old (rule M), by the confirm (acquire.lua mode 'c'). A
+// stale message (rule F, rule L) triggers neither. Rule L is a second
+// line: lockByReservation ends the token after any round with an unknown
+// outcome (ErrUnsettled), so no evidence it drops is ever used today.
 
 // keyEvidence is what one acquisition knows of one key.
 type keyEvidence struct {

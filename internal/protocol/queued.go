@@ -137,8 +137,8 @@ const ReserveRefresh = 500 * time.Millisecond / 3
 
 // lockByReservation continues Lock for an acquisition whose first attempt
 // (a) did not take every key: it waits by reservation until its evidence
-// (evidence.go) says every key is reserved for it and its confirm takes
-// them all, or ctx ends.
+// (evidence.go) says every key is reserved for it, and is then granted
+// directly or by its confirm, or until ctx ends.
 func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket string) (Grant, error) {
 	set, r := q.set, q.r
 	n := set.Len()
