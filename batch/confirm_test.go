@@ -20,7 +20,7 @@ import (
 // another waiter in line the grant is marked and that waiter's entry
 // stays; alone, the grant is unmarked and the queue is gone.
 func TestConfirmOfALapsedKeyLeavesItsOwnEntry(t *testing.T) {
-	c := redistest.StartForTest(t, redistest.Options{})
+	c := redistest.Require(t, cluster)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	names, err := slot.NewNamer("cfl")

@@ -34,7 +34,7 @@ type reservedRig struct {
 
 func newReservedRig(t *testing.T, prefix string) *reservedRig {
 	t.Helper()
-	c := redistest.StartForTest(t, redistest.Options{})
+	c := redistest.Require(t, cluster)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	names, err := slot.NewNamer(prefix)

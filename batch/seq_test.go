@@ -28,7 +28,7 @@ type seqNode struct {
 
 func newSeqNode(ctx context.Context, t *testing.T, prefix, key string) seqNode {
 	t.Helper()
-	c := redistest.StartForTest(t, redistest.Options{})
+	c := redistest.Require(t, cluster)
 	names, err := slot.NewNamer(prefix)
 	if err != nil {
 		t.Fatal(err)
