@@ -18,7 +18,8 @@ import (
 // Tests of the direct grant (docs/proposals/direct-grant.md, 6.5): a
 // waiter by reservation whose keys are all reserved for it, as its own
 // calls' replies and hand-off messages prove, is granted with no confirm;
-// its keys stay in reserved form until its first renewal, R/4 later.
+// its keys stay in reserved form until its first renewal, at most R/4
+// later.
 
 // hotLockers makes n Lockers, each with a client of its own (as separate
 // processes have), on the test's prefix.
@@ -33,58 +34,31 @@ func hotLockers(t *testing.T, e *env, n int, opt slotlock.Options) []*slotlock.L
 // TestDirectGrantDeadlineIsALowerBound: after every direct grant, each key's
 // expiry as the server reads it right after is no earlier than the lease's
 // Deadline (1 ms slack: PTTL is read on the server before the reply comes).
+// Sixteen Lockers, three of eight keys a batch, about 1,000 grants.
 // Mutation: Deadline from the message's receipt or the latest round's send
 // time instead of the named call's send time.
 func TestDirectGrantDeadlineIsALowerBound(t *testing.T) {
 	e := newEnv(t)
-	ctx := ctxT(t, 90*time.Second)
-	opt := slotlock.Options{TTL: 10 * time.Second}
-	ls := hotLockers(t, e, 16, opt)
 	names, err := slot.NewNamer(e.prefix)
 	require.NoError(t, err)
-	keys := make([]string, 8)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("dl:%d", i)
-	}
-	var direct, total atomic.Int64
-	var wg sync.WaitGroup
-	for w, l := range ls {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; total.Load() < 1000 && ctx.Err() == nil; n++ {
-				set := []string{keys[(w+n)%8], keys[(w+n+3)%8], keys[(w+n+5)%8]}
-				le, err := l.Lock(ctx, set...)
-				if err != nil {
-					t.Errorf("lock: %v", err)
-					return
-				}
-				total.Add(1)
-				if le.DirectGrant() {
-					direct.Add(1)
-					dl := le.Deadline()
-					for _, k := range set {
-						pttl, err := e.client.Do(ctx, e.client.B().Pttl().Key(names.LockKey(k)).Build()).AsInt64()
-						reply := time.Now()
-						if err != nil {
-							t.Errorf("pttl: %v", err)
-							continue
-						}
-						if exp := reply.Add(time.Duration(pttl)*time.Millisecond + time.Millisecond); dl.After(exp) {
-							t.Errorf("key %s: Deadline %v is after the expiry %v the server read", k, dl, exp)
-						}
-					}
-				}
-				if err := le.Release(ctx); err != nil {
-					t.Errorf("release: %v", err)
-					return
-				}
+	_, direct := hotRounds(t, e, "dl", 16, 8, 63, 0, func(ctx context.Context, le *slotlock.Lease, set []string) {
+		if !le.DirectGrant() {
+			return
+		}
+		dl := le.Deadline()
+		for _, k := range set {
+			pttl, err := e.client.Do(ctx, e.client.B().Pttl().Key(names.LockKey(k)).Build()).AsInt64()
+			reply := time.Now()
+			if err != nil {
+				t.Errorf("pttl: %v", err)
+				continue
 			}
-		}()
-	}
-	wg.Wait()
-	t.Logf("%d grants, %d direct", total.Load(), direct.Load())
-	require.Positive(t, direct.Load(), "no direct grant: the test proves nothing")
+			if exp := reply.Add(time.Duration(pttl)*time.Millisecond + time.Millisecond); dl.After(exp) {
+				t.Errorf("key %s: Deadline %v is after the expiry %v the server read", k, dl, exp)
+			}
+		}
+	})
+	require.Positive(t, direct, "no direct grant: the test proves nothing")
 }
 
 // directWaiter makes a holder hold key, starts a waiter (another Locker,
@@ -170,30 +144,38 @@ func TestFencedWaiterStillConfirms(t *testing.T) {
 	require.NoError(t, le.Release(ctx))
 }
 
-// hotRounds has eight Lockers of their own lock three of four keys named
-// prefix:0..3, rounds times each, holding every lease for hold (and
-// failing the test if it is lost meanwhile), and returns how many grants
-// there were and how many of them were direct. Every batch waits.
-func hotRounds(t *testing.T, prefix string, rounds int, hold time.Duration) (total, direct int64) {
-	e := newEnv(t)
+// hotRounds has n Lockers of their own lock three consecutive keys (mod
+// nkeys) of prefix:0..nkeys-1, rounds times each, call granted on every
+// grant (nil: nothing), hold every lease for hold (failing the test if it
+// is lost meanwhile), and returns how many grants there were and how many
+// of them were direct. With three of a handful of keys a batch, every
+// batch waits.
+func hotRounds(t *testing.T, e *env, prefix string, n, nkeys, rounds int, hold time.Duration, granted func(context.Context, *slotlock.Lease, []string)) (total, direct int64) {
 	ctx := ctxT(t, 90*time.Second)
-	ls := hotLockers(t, e, 8, slotlock.Options{TTL: 10 * time.Second})
-	keys := []string{prefix + ":0", prefix + ":1", prefix + ":2", prefix + ":3"}
-	var d, n atomic.Int64
+	ls := hotLockers(t, e, n, slotlock.Options{TTL: 10 * time.Second})
+	keys := make([]string, nkeys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s:%d", prefix, i)
+	}
+	var d, all atomic.Int64
 	var wg sync.WaitGroup
 	for w, l := range ls {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for r := range rounds {
-				le, err := l.Lock(ctx, keys[(w+r)%4], keys[(w+r+1)%4], keys[(w+r+2)%4])
+				set := []string{keys[(w+r)%nkeys], keys[(w+r+1)%nkeys], keys[(w+r+2)%nkeys]}
+				le, err := l.Lock(ctx, set...)
 				if err != nil {
 					t.Errorf("lock: %v", err)
 					return
 				}
-				n.Add(1)
+				all.Add(1)
 				if le.DirectGrant() {
 					d.Add(1)
+				}
+				if granted != nil {
+					granted(ctx, le, set)
 				}
 				if hold > 0 {
 					select {
@@ -210,8 +192,8 @@ func hotRounds(t *testing.T, prefix string, rounds int, hold time.Duration) (tot
 		}()
 	}
 	wg.Wait()
-	t.Logf("%d grants, %d direct", n.Load(), d.Load())
-	return n.Load(), d.Load()
+	t.Logf("%d grants, %d direct", all.Load(), d.Load())
+	return all.Load(), d.Load()
 }
 
 // TestNoFalseLossInReservedForm: leases granted directly and held 50 ms
@@ -220,7 +202,7 @@ func hotRounds(t *testing.T, prefix string, rounds int, hold time.Duration) (tot
 // are direct. Mutation: the tracker comparing the holder alone (every
 // direct grant lost at once).
 func TestNoFalseLossInReservedForm(t *testing.T) {
-	total, direct := hotRounds(t, "nfl", 25, 50*time.Millisecond)
+	total, direct := hotRounds(t, newEnv(t), "nfl", 8, 4, 25, 50*time.Millisecond, nil)
 	require.Greater(t, 2*direct, total, "fewer than half the grants were direct: the test proves little")
 }
 
@@ -229,6 +211,6 @@ func TestNoFalseLossInReservedForm(t *testing.T) {
 // cannot be silently off. Mutation: the direct grant disabled (all
 // confirm).
 func TestDirectGrantCounts(t *testing.T) {
-	total, direct := hotRounds(t, "cnt", 40, 0)
+	total, direct := hotRounds(t, newEnv(t), "cnt", 8, 4, 40, 0, nil)
 	require.Greater(t, 2*direct, total, "fewer than half the grants were direct")
 }
