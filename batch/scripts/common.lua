@@ -126,6 +126,22 @@ local function reserved_for(v)
   return string.sub(v, c + 1, e - 1)
 end
 
+-- token_seq splits token ['/' seq] (a reservation's waiter, a queue
+-- entry's head) into the token and the seq as a number: 0 when there is
+-- none, nil when it is malformed (not 1 to 15 decimal digits, or zero;
+-- lockval's parseSeq).
+local function token_seq(s)
+  local sl = string.find(s, '/', 1, true)
+  if not sl then
+    return s, 0
+  end
+  local d = string.sub(s, sl + 1)
+  if not string.find(d, '^%d+$') or #d > 15 or tonumber(d) < 1 then
+    return string.sub(s, 1, sl - 1), nil
+  end
+  return string.sub(s, 1, sl - 1), tonumber(d)
+end
+
 -- res_parse returns the ticket, waiter, seq (a number, 0 when the value
 -- has none) and inbox of a reservation of a waiter by reservation ('^'
 -- ticket ':' waiter ['/' seq] ':' inbox ['!']), nil for any other value
@@ -143,14 +159,9 @@ local function res_parse(v)
   if string.byte(v, -1) == 33 then -- '!'
     e = e - 1
   end
-  local w, seq = string.sub(v, c + 1, d - 1), 0
-  local s = string.find(w, '/', 1, true)
-  if s then
-    seq = string.sub(w, s + 1)
-    if not string.find(seq, '^%d+$') or #seq > 15 or tonumber(seq) < 1 then
-      return nil
-    end
-    w, seq = string.sub(w, 1, s - 1), tonumber(seq)
+  local w, seq = token_seq(string.sub(v, c + 1, d - 1))
+  if not seq then
+    return nil
   end
   return string.sub(v, 2, c - 1), w, seq, string.sub(v, d + 1, e)
 end
@@ -165,32 +176,14 @@ local function entry_of(m, waiter)
   return (b == 47 or b == 32) and string.sub(m, 1, n) == waiter -- '/' or ' '
 end
 
--- entry_waiter returns the token a member of a key's queue names: a
--- waiter in line's member is its token, a waiter by reservation's starts
--- with it (up to '/' or ' ').
-local function entry_waiter(m)
-  local e = string.find(m, '[/ ]')
-  return e and string.sub(m, 1, e - 1) or m
-end
-
 -- entry_parse takes a member of a key's queue apart (lockval.QueueEntry):
 -- the token, the seq of the call that created the entry (0 for a waiter
 -- in line, an older version's entry or a malformed seq) and the inbox
 -- (nil for a waiter in line).
 local function entry_parse(m)
   local sp = string.find(m, ' ', 1, true)
-  local head = sp and string.sub(m, 1, sp - 1) or m
-  local inbox = sp and string.sub(m, sp + 1) or nil
-  local sl = string.find(head, '/', 1, true)
-  if not sl then
-    return head, 0, inbox
-  end
-  local s = string.sub(head, sl + 1)
-  local n = 0
-  if string.find(s, '^%d+$') and #s <= 15 then
-    n = tonumber(s)
-  end
-  return string.sub(head, 1, sl - 1), n, inbox
+  local token, seq = token_seq(sp and string.sub(m, 1, sp - 1) or m)
+  return token, seq or 0, sp and string.sub(m, sp + 1) or nil
 end
 
 -- older reports whether ticket t1 of waiter w1 is older than ticket t2 of

@@ -171,7 +171,7 @@ local function older_waits(k)
   if not head or head == me or entry_of(head, waiter) then
     return false
   end
-  return older(score, entry_waiter(head), ticket, waiter)
+  return older(score, (entry_parse(head)), ticket, waiter)
 end
 
 for i = first, last do
