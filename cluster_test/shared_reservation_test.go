@@ -1,6 +1,7 @@
 package clustertest
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"strings"
@@ -39,16 +40,7 @@ func TestSharedKeyHandedToAWaiterByReservationInAnotherProcess(t *testing.T) {
 		}
 		readers = append(readers, r)
 	}
-	get := func(key string) string {
-		v, err := client.Do(ctx, client.B().Get().Key(e.names.LockKey(key)).Build()).ToString()
-		if rueidis.IsRedisNil(err) {
-			return ""
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
+	get := func(key string) string { return e.lockValue(ctx, client, key) }
 	w := startContender(t, contenderSpec{Addrs: e.c.Addrs(), Prefix: e.prefix, TTL: ttl, Keys: []string{a, k}})
 	q, _ := e.names.QueueKeysInSlot(k, slot.KeySlot(k))
 	var res lockval.Reservation
@@ -147,16 +139,7 @@ func TestRequestYieldsToAWaiterByReservationInAnotherProcess(t *testing.T) {
 	}
 	sorted := slot.Sorted(names)
 	x, b := sorted[0].Name, sorted[len(sorted)-1].Name
-	get := func(key string) string {
-		v, err := client.Do(ctx, client.B().Get().Key(e.names.LockKey(key)).Build()).ToString()
-		if rueidis.IsRedisNil(err) {
-			return ""
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
+	get := func(key string) string { return e.lockValue(ctx, client, key) }
 	line := func() []string {
 		q, _ := e.names.QueueKeysInSlot(b, slot.KeySlot(b))
 		m, err := client.Do(ctx, client.B().Zrange().Key(q).Min("0").Max("-1").Build()).AsStrSlice()
@@ -221,4 +204,18 @@ func TestRequestYieldsToAWaiterByReservationInAnotherProcess(t *testing.T) {
 	})
 	w.stop(10 * time.Second)
 	e.requireUnlocked(time.Second)
+}
+
+// lockValue returns the value of user key's lock key ("" when there is
+// none), read through client.
+func (e *env) lockValue(ctx context.Context, client rueidis.Client, key string) string {
+	e.t.Helper()
+	v, err := client.Do(ctx, client.B().Get().Key(e.names.LockKey(key)).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return ""
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return v
 }
