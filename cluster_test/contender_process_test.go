@@ -284,6 +284,20 @@ func (p *contenderProc) snapshot() ([]contenderEvent, string) {
 	return append([]contenderEvent(nil), p.events...), p.err
 }
 
+// finish stops contender i within limit (none: it was killed) and returns
+// what it reported, failing t when it did not stop or reported an error.
+func (p *contenderProc) finish(t *testing.T, i int, limit time.Duration) []contenderEvent {
+	t.Helper()
+	if limit > 0 && !p.stop(limit) {
+		t.Errorf("contender %d did not stop", i)
+	}
+	evs, perr := p.snapshot()
+	if perr != "" {
+		t.Errorf("contender %d: %s", i, perr)
+	}
+	return evs
+}
+
 // checkIntervals fails if two reported holding intervals of one key
 // overlap. Each interval lies inside the lease's true hold (Lock returned
 // after the keys were written; Release was called before they were
@@ -407,13 +421,11 @@ func TestSeparateProcessesExclusiveWithAKilledWaiter(t *testing.T) {
 	var all []contenderEvent
 	after := 0 // holds the live contenders began after the kill
 	for i, p := range procs {
-		if i < 3 && !p.stop(30*time.Second) {
-			t.Errorf("contender %d did not stop", i)
+		limit := 30 * time.Second
+		if i >= 3 {
+			limit = 0 // killed above
 		}
-		evs, perr := p.snapshot()
-		if perr != "" {
-			t.Errorf("contender %d: %s", i, perr)
-		}
+		evs := p.finish(t, i, limit)
 		all = append(all, evs...)
 		for _, ev := range evs {
 			if i < 3 && ev.Event == "held" && ev.From > killedAt {
@@ -485,14 +497,7 @@ func TestLargeBatchAgainstEightProcesses(t *testing.T) {
 	}
 	var all []contenderEvent
 	for i, p := range procs {
-		if !p.stop(30 * time.Second) {
-			t.Errorf("contender %d did not stop", i)
-		}
-		evs, perr := p.snapshot()
-		if perr != "" {
-			t.Errorf("contender %d: %s", i, perr)
-		}
-		all = append(all, evs...)
+		all = append(all, p.finish(t, i, 30*time.Second)...)
 	}
 	t.Logf("%d small batches checked for overlap", checkIntervals(t, all))
 	e.requireUnlocked(2*lockval.EntryTTL + time.Second)

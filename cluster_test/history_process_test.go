@@ -137,14 +137,7 @@ func TestHistoryWithDelayedMessages(t *testing.T) {
 	h := newHistory(e.tl)
 	direct, lost := 0, 0
 	for i, p := range procs {
-		if !p.stop(45 * time.Second) {
-			t.Errorf("contender %d did not stop", i)
-		}
-		evs, perr := p.snapshot()
-		if perr != "" {
-			t.Errorf("contender %d: %s", i, perr)
-		}
-		for _, ev := range evs {
+		for _, ev := range p.finish(t, i, 45*time.Second) {
 			if ev.Event != "held" {
 				continue
 			}
