@@ -251,10 +251,12 @@ func (c *config) defaults() {
 			}
 		}
 	}
-	// Trimmed when the round-trip cells came (from 1.5 s, 5 s and 8 s) so
-	// that make bench stays under 12 minutes on 2 cores.
+	// Trimmed when the round-trip cells came (from 1.5 s, 5 s and 8 s),
+	// and the contended one again (from 3 s) when the contended and
+	// process cells at 1 ms and their pairs came, so that make bench stays
+	// under 12 minutes on 2 cores.
 	pick(&c.benchtime, time.Second, 150*time.Millisecond)
-	pick(&c.hotTime, 3*time.Second, 500*time.Millisecond)
+	pick(&c.hotTime, 2*time.Second, 500*time.Millisecond)
 	pick(&c.timeout, 11*time.Minute+30*time.Second, 150*time.Second)
 	pick(&c.profileTime, 5*time.Second, time.Second)
 	c.verify = 2

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -22,6 +23,13 @@ type pairTarget struct {
 	// targets are up against (the price of the owner check) and has no
 	// required ratio (Need is unused).
 	Ref bool
+	// WaitP99 and WaitMax, when set, bound A's waits too (issue 15's
+	// targets for waiters across processes): the median of the rounds'
+	// wait p99 and the longest wait of any round.
+	WaitP99, WaitMax time.Duration
+	// Rounds, when set, replaces pairRounds (fewer for the process pairs,
+	// whose cells cost a process start each).
+	Rounds int
 	// D is the target time of each cell of a round.
 	D time.Duration
 	// Ratios has one A/B ratio per round; Rows the cells as measured.
@@ -64,14 +72,37 @@ func pairTime(cfg config, c bench.Cell) time.Duration {
 func pairsReserve(cfg config) time.Duration {
 	unc := pairTime(cfg, bench.Cell{}) + 600*time.Millisecond
 	hot := 2*pairTime(cfg, bench.Cell{Hot: 1}) + 500*time.Millisecond
-	nUnc := len(targetPairs(nil))
+	var d time.Duration
+	for _, t := range targetPairs(nil) {
+		each := unc
+		if t.A.Hot > 0 {
+			// A process cell also starts its processes and verifies in
+			// each of them: about a second more.
+			each = hot
+			if t.A.Procs > 0 || t.B.Procs > 0 {
+				each += time.Second
+			}
+		}
+		d += time.Duration(t.rounds(cfg)) * 2 * each
+	}
 	// Sequential SET NX at K = 1,000 behind 1 ms takes about 2 s a batch,
 	// one batch per cell and one to verify.
 	slow := 5 * time.Second
 	if cfg.short {
 		slow = 0
 	}
-	return time.Duration(pairRounds(cfg)) * (2*time.Duration(nUnc)*unc + slow + 2*2*hot)
+	// The best-peer pairs, one per contended round trip (targetPairs adds
+	// them only once the matrix has named the peer).
+	best := time.Duration(len(bench.HotRTTs)) * 2 * hot
+	return d + time.Duration(pairRounds(cfg))*(slow+best)
+}
+
+// rounds is how many times the pair alternates.
+func (t *pairTarget) rounds(cfg config) int {
+	if t.Rounds > 0 && !cfg.short {
+		return t.Rounds
+	}
+	return pairRounds(cfg)
 }
 
 // refKs are the K of the reference pairs: the loopback targets that the
@@ -146,13 +177,14 @@ func targetPairs(rows []row) []*pairTarget {
 			&pairTarget{Label: "K = 1: slotlock / raw pipeline" + at, A: sl(1, rtt), B: other("raw-pipeline", 1, rtt), Need: 0.95},
 		)
 	}
+	out = append(out, processPairs()...)
 	if rows == nil {
 		return out
 	}
 	for _, c := range []struct {
 		rtt  time.Duration
 		need float64
-	}{{0, 2.5}, {bench.ContendedRTT, 3}} {
+	}{{0, 2.5}, {bench.ContendedRTT, 3}, {bench.FarRTT, 3}} {
 		if best, ok := (report{rows: rows}).bestPeer(c.rtt); ok {
 			label := "contended: slotlock / best peer (" + best.Contender + ")"
 			if c.rtt > 0 {
@@ -164,9 +196,38 @@ func targetPairs(rows []row) []*pairTarget {
 	return out
 }
 
+// processPairs are issue 15's targets: the contended cell with one Locker
+// per worker, and with the workers in 4 and 16 separate processes (each
+// with its share of the machine's CPUs, bench.SharedMaxProcs), against
+// one Locker for all 16 workers; at both round trips of the process cells.
+// The processes are compared with 1 × 16 in a process of its own, so that
+// both sides pay for starting and verifying in a child; one Locker per
+// worker, which runs in this process, with the matrix's one Locker here.
+func processPairs() []*pairTarget {
+	var out []*pairTarget
+	for _, rtt := range bench.ProcRTTs {
+		at := " (RTT " + ms(rtt) + ")"
+		one := bench.Contended("slotlock", rtt)
+		child := one
+		child.Procs = 1
+		out = append(out, &pairTarget{Label: "contended: one Locker per worker / one Locker" + at, A: bench.Contended("slotlock-multi", rtt), B: one,
+			Need: 0.75, WaitP99: 30 * time.Millisecond, WaitMax: 150 * time.Millisecond, Rounds: 3})
+		for _, n := range bench.ProcsSplits[1:] {
+			c := bench.Contended("slotlock", rtt)
+			c.Procs, c.MaxProcs = n, bench.SharedMaxProcs(n)
+			if c.MaxProcs >= runtime.NumCPU() {
+				c.MaxProcs = 0
+			}
+			out = append(out, &pairTarget{Label: fmt.Sprintf("contended: %d × %d processes / 1 × %d", n, bench.ContendedW/n, bench.ContendedW) + at, A: c, B: child,
+				Need: 0.75, WaitP99: 30 * time.Millisecond, WaitMax: 150 * time.Millisecond, Rounds: 3})
+		}
+	}
+	return out
+}
+
 func (t *pairTarget) run(ctx context.Context, env *bench.Env, cfg config) {
 	t.D = pairTime(cfg, t.A)
-	for round := range pairRounds(cfg) {
+	for round := range t.rounds(cfg) {
 		order := []bench.Cell{t.A, t.B}
 		if round%2 == 1 {
 			order = []bench.Cell{t.B, t.A}
@@ -233,4 +294,25 @@ func (t *pairTarget) progress() string {
 		return fmt.Sprintf("reference %s: median %.2f× of rounds %s", t.Label, m, t.ratios())
 	}
 	return fmt.Sprintf("target %s: median %.2f× of rounds %s (need ≥ %.2f×)", t.Label, m, t.ratios(), t.Need)
+}
+
+// waits are A's wait p99 per round and its longest wait in any round.
+func (t *pairTarget) waits() (p99s []time.Duration, longest time.Duration) {
+	for _, r := range t.side(t.A) {
+		p99s = append(p99s, r.Wait.P99)
+		longest = max(longest, r.Wait.Max)
+	}
+	return p99s, longest
+}
+
+// waitsMet says whether A's waits are within the pair's bounds (the
+// median round's p99, the longest of all rounds); ok is false for a pair
+// without bounds or without rounds.
+func (t *pairTarget) waitsMet() (met, ok bool) {
+	p99s, longest := t.waits()
+	if t.WaitP99 == 0 || len(p99s) == 0 {
+		return false, false
+	}
+	s := slices.Sorted(slices.Values(p99s))
+	return s[len(s)/2] <= t.WaitP99 && longest <= t.WaitMax, true
 }

@@ -66,7 +66,10 @@ func writeTargets(b *strings.Builder, rp report, pairs []*pairTarget, m *machine
 			continue
 		}
 		m := "n/a"
-		if r, ok := rp.ratio(t.A.Contender, t.B.Contender, t.A.K, t.A.W, t.A.Hot, t.A.RTT); ok {
+		a, okA := find(rp.rows, t.A)
+		bb, okB := find(rp.rows, t.B)
+		if okA && okB && bb.BatchesPerSec() > 0 {
+			r := a.BatchesPerSec() / bb.BatchesPerSec()
 			m = fmt.Sprintf("%.2f× %s", r, verdict(r >= t.Need))
 		}
 		p("| %s | ≥ %.2f× | %s | %s |\n", t.Label, t.Need, pairCell(t), m)
@@ -80,8 +83,8 @@ func writeTargets(b *strings.Builder, rp report, pairs []*pairTarget, m *machine
 		}
 	}
 	writeOwnerCheck(b, pairs)
-	p("\nContended waits, slotlock against the best peer of each paired round:\n\n")
-	p("| pair | slotlock wait p99 per round | peer's | slotlock's longest wait |\n|---|---|---|---:|\n")
+	p("\nContended waits of each paired round: the first side's (slotlock, or the split of its workers) and the second's; where the target bounds them (issue 15: wait p99 ≤ 30 ms, the median round's; longest ≤ 150 ms, any round's), whether they are within:\n\n")
+	p("| pair | first side's wait p99 per round | second side's | first side's longest wait | waits |\n|---|---|---|---:|---|\n")
 	for _, t := range pairs {
 		if t.A.Hot == 0 {
 			continue
@@ -94,7 +97,11 @@ func writeTargets(b *strings.Builder, rp report, pairs []*pairTarget, m *machine
 			bb = append(bb, ms(peerR[i].Wait.P99))
 			worst = max(worst, slR[i].Wait.Max)
 		}
-		p("| %s | %s | %s | %s |\n", t.Label, strings.Join(a, ", "), strings.Join(bb, ", "), ms(worst))
+		w := "–"
+		if met, ok := t.waitsMet(); ok {
+			w = fmt.Sprintf("≤ %s / %s %s", ms(t.WaitP99), ms(t.WaitMax), verdict(met))
+		}
+		p("| %s | %s | %s | %s | %s |\n", t.Label, strings.Join(a, ", "), strings.Join(bb, ", "), ms(worst), w)
 	}
 	p("\n")
 }
@@ -316,11 +323,17 @@ func writeContended(b *strings.Builder, rp report) {
 	p("## Contended\n\n")
 	p("%d workers, K = %d keys per batch drawn from %d hot keys: most batches collide with several others. ", bench.ContendedW, bench.ContendedK, bench.HotKeys)
 	p("slotlock waits in its in-process queue and on release messages; rueidislock waits on invalidations; the others retry after a jittered backoff (1 to 64 ms).\n\n")
-	for _, rtt := range []time.Duration{0, bench.ContendedRTT} {
+	for _, rtt := range bench.HotRTTs {
 		p("### RTT %s\n\n", rttText(rtt))
+		if rtt > bench.ContendedRTT {
+			p("slotlock's two forms and the peers that did best at the shorter round trips (bench.HotAt): the others' cells take seconds here and were never near them.\n\n")
+		}
 		p("| contender | batches/s | keys/s | vs slotlock | latency p50 | latency p99 | wait p99 | longest wait | commands per batch |\n")
 		p("|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, f := range bench.Contenders {
+			if !bench.HotAt(f.Name, rtt) {
+				continue
+			}
 			c := bench.Contended(f.Name, rtt)
 			r, ok := find(rp.rows, c)
 			if !ok {
@@ -337,37 +350,61 @@ func writeContended(b *strings.Builder, rp report) {
 }
 
 // writeProcs reports the contended cell with slotlock's workers in
-// separate processes.
+// separate processes, at each round trip of the process cells.
 func writeProcs(b *strings.Builder, rp report) {
 	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
 	p("## Separate processes\n\n")
-	p("The contended cell at RTT %s with slotlock's %d workers spread over separate OS processes (the benchmark binary re-executed), each process with its own client and Locker, as instances of a service would have: ", ms(bench.ContendedRTT), bench.ContendedW)
+	p("The contended cell with slotlock's %d workers spread over separate OS processes (the benchmark binary re-executed), each process with its own client and Locker, as instances of a service would have: ", bench.ContendedW)
 	p("workers of different processes cannot queue for each other in memory and meet only in Redis. ")
 	p("Exclusion is checked across processes: each reports when each batch was held (CLOCK_MONOTONIC, from Lock's return to before Release), and the parent replays every interval through the same exclusion table as the in-process check. The processes start together after each verified its keys.\n\n")
 	p("Every Go process starts with GOMAXPROCS = all the machine's CPUs (%d here). Instances of a service on hosts of their own each get their own cores; here all the processes share these %d cores with the 6 Redis nodes, and %d processes with GOMAXPROCS %d each may run %d threads of Go code at once on them. ", runtime.NumCPU(), runtime.NumCPU(), slices.Max(bench.ProcsSplits), runtime.NumCPU(), slices.Max(bench.ProcsSplits)*runtime.NumCPU())
-	p("So the splits run twice: with Go's default, and with each process given its share of the machine, GOMAXPROCS = max(1, CPUs / processes) (the rows that say so; the parent checks that every process ran with it).\n\n")
-	p("| processes × workers | GOMAXPROCS per process | batches/s | latency p50 | latency p99 | wait p99 | longest wait | client CPU per batch |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, shared := range []bool{false, true} {
-		for _, n := range bench.ProcsSplits {
-			c := bench.Contended("slotlock", bench.ContendedRTT)
-			c.Procs = n
+	p("So at RTT %s the splits run twice: with Go's default, and with each process given its share of the machine, GOMAXPROCS = max(1, CPUs / processes) (the rows that say so; the parent checks that every process ran with it); at RTT %s with its share only. ", ms(bench.ContendedRTT), ms(bench.FarRTT))
+	p("*Cores busy* is the client's CPU (every process) and the six Redis nodes' per batch times batches/s: at %d, nothing is left for anyone, and a cell's batches/s says what the machine can do, not what the protocol could.\n\n", runtime.NumCPU())
+	for _, rtt := range bench.ProcRTTs {
+		p("### RTT %s\n\n", rttText(rtt))
+		p("| processes × workers | GOMAXPROCS per process | batches/s | vs 1 × %d in this process | latency p50 | latency p99 | wait p99 | longest wait | client CPU per batch | cores busy |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n", bench.ContendedW)
+		one, haveOne := find(rp.rows, bench.Contended("slotlock", rtt))
+		for _, c := range bench.ProcCells(rtt) {
+			n := c.Procs
 			gmp := fmt.Sprintf("%d (default)", runtime.NumCPU())
-			if shared {
-				if c.MaxProcs = bench.SharedMaxProcs(n); c.MaxProcs >= runtime.NumCPU() {
-					continue // the default already
-				}
+			if c.MaxProcs > 0 {
 				gmp = fmt.Sprintf("%d (its share)", c.MaxProcs)
 			}
 			r, ok := find(rp.rows, c)
 			if !ok {
-				p("| %d × %d | %s | %s | | | | | |\n", n, bench.ContendedW/n, gmp, missing(rp, c))
+				p("| %d × %d | %s | %s | | | | | | | |\n", n, bench.ContendedW/n, gmp, missing(rp, c))
 				continue
 			}
-			p("| %d × %d | %s | %s%s | %s | %s | %s | %s | %s |\n", n, bench.ContendedW/n, gmp, num(r.BatchesPerSec()), dagger(r), ms(r.Latency.P50), ms(r.Latency.P99), ms(r.Wait.P99), ms(r.Wait.Max), ms(r.PerBatch(r.ClientCPU)))
+			vs := "–"
+			if haveOne && one.BatchesPerSec() > 0 {
+				vs = fmt.Sprintf("%.2f×", r.BatchesPerSec()/one.BatchesPerSec())
+			}
+			p("| %d × %d | %s | %s%s | %s | %s | %s | %s | %s | %s | %s |\n", n, bench.ContendedW/n, gmp, num(r.BatchesPerSec()), dagger(r), vs, ms(r.Latency.P50), ms(r.Latency.P99), ms(r.Wait.P99), ms(r.Wait.Max), ms(r.PerBatch(r.ClientCPU)), busy(r))
 		}
+		for _, name := range []string{"slotlock-multi", "slotlock"} {
+			r, ok := find(rp.rows, bench.Contended(name, rtt))
+			if !ok {
+				continue
+			}
+			what := fmt.Sprintf("1 × %d, in this process, one Locker per worker (slotlock-multi)", bench.ContendedW)
+			if name == "slotlock" {
+				what = fmt.Sprintf("1 × %d, in this process, one Locker (the matrix's cell)", bench.ContendedW)
+			}
+			vs := "–"
+			if haveOne && one.BatchesPerSec() > 0 {
+				vs = fmt.Sprintf("%.2f×", r.BatchesPerSec()/one.BatchesPerSec())
+			}
+			p("| %s | %d | %s%s | %s | %s | %s | %s | %s | %s | %s |\n", what, runtime.GOMAXPROCS(0), num(r.BatchesPerSec()), dagger(r), vs, ms(r.Latency.P50), ms(r.Latency.P99), ms(r.Wait.P99), ms(r.Wait.Max), ms(r.PerBatch(r.ClientCPU)), busy(r))
+		}
+		p("\n")
 	}
-	if r, ok := find(rp.rows, bench.Contended("slotlock", bench.ContendedRTT)); ok {
-		p("| 1 × %d, in this process (the matrix's cell) | %d | %s | %s | %s | %s | %s | %s |\n", bench.ContendedW, runtime.GOMAXPROCS(0), num(r.BatchesPerSec()), ms(r.Latency.P50), ms(r.Latency.P99), ms(r.Wait.P99), ms(r.Wait.Max), ms(r.PerBatch(r.ClientCPU)))
+}
+
+
+// busy is coresBusy for a table, a dash when the row measured nothing.
+func busy(r row) string {
+	if r.Batches == 0 || r.Elapsed <= 0 {
+		return "–"
 	}
-	p("\n")
+	return fmt.Sprintf("%.2f", coresBusy(r))
 }
