@@ -400,7 +400,6 @@ func writeProcs(b *strings.Builder, rp report) {
 	}
 }
 
-
 // busy is coresBusy for a table, a dash when the row measured nothing.
 func busy(r row) string {
 	if r.Batches == 0 || r.Elapsed <= 0 {
