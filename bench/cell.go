@@ -134,26 +134,20 @@ func Contended(name string, rtt time.Duration) Cell {
 	return Cell{Contender: name, K: ContendedK, W: ContendedW, Hot: HotKeys, RTT: rtt}
 }
 
-// ProcCells are the process cells at a round trip: at ContendedRTT each
-// split with Go's default GOMAXPROCS and, where that differs, with its
-// share of the machine's CPUs; at FarRTT with its share only (the default
-// rows at 200 µs show what the share changes).
+// ProcCells are the process cells at a round trip: each split with its
+// share of the machine's CPUs (SharedMaxProcs; 1 × 16 keeps Go's
+// default, which is its share). Until the cells at 1 ms came, the splits
+// also ran with Go's default GOMAXPROCS at 200 µs, which only made them
+// slower on this machine (the last such run, at ab1da86: 4 × 4 1,371
+// batches/s with the default against 1,646 with its share, 16 × 1 705
+// against 865); they were cut to keep make bench under 12 minutes.
 func ProcCells(rtt time.Duration) []Cell {
 	var out []Cell
-	if rtt == ContendedRTT {
-		for _, p := range ProcsSplits {
-			c := Contended("slotlock", rtt)
-			c.Procs = p
-			out = append(out, c)
-		}
-	}
 	for _, p := range ProcsSplits {
 		c := Contended("slotlock", rtt)
 		c.Procs = p
 		if m := SharedMaxProcs(p); m < runtime.NumCPU() {
 			c.MaxProcs = m
-		} else if rtt == ContendedRTT {
-			continue // the default cell above
 		}
 		out = append(out, c)
 	}
@@ -169,7 +163,10 @@ func Matrix() []Cell {
 		for _, k := range Ks {
 			for _, w := range Ws {
 				for _, f := range Contenders {
-					out = append(out, Cell{Contender: f.Name, K: k, W: w, RTT: rtt})
+					c := Cell{Contender: f.Name, K: k, W: w, RTT: rtt}
+					if !slowFar(c) {
+						out = append(out, c)
+					}
 				}
 			}
 		}
@@ -202,6 +199,16 @@ func SharedMaxProcs(procs int) int {
 // Observed says which cells run another client's GETs beside them (the
 // big batches, whose script calls may stall a node for everyone).
 func Observed(c Cell) bool { return c.K >= 1000 }
+
+// slowFar reports the uncontended cells that make bench leaves out: the
+// lock libraries that take keys one at a time (redsync, rueidislock,
+// redislock) at K = 1,000 behind a round trip, 1,000 to 2,000 round trips
+// a batch (2.4 s at 1 ms), 10 to 25 s of a 12-minute run each; their K =
+// 100 cells show the same cost per key. Sequential SET NX stays: a target
+// divides by it.
+func slowFar(c Cell) bool {
+	return c.K == 1000 && c.RTT > 0 && c.Hot == 0 && !BatchesKeys(c.Contender) && c.Contender != "sequential-setnx"
+}
 
 // SlowInShort reports the cells that short runs (go test -short, the CI
 // smoke run) leave out: 16 workers with 1,000 keys each, where the

@@ -358,7 +358,7 @@ func writeProcs(b *strings.Builder, rp report) {
 	p("workers of different processes cannot queue for each other in memory and meet only in Redis. ")
 	p("Exclusion is checked across processes: each reports when each batch was held (CLOCK_MONOTONIC, from Lock's return to before Release), and the parent replays every interval through the same exclusion table as the in-process check. The processes start together after each verified its keys.\n\n")
 	p("Every Go process starts with GOMAXPROCS = all the machine's CPUs (%d here). Instances of a service on hosts of their own each get their own cores; here all the processes share these %d cores with the 6 Redis nodes, and %d processes with GOMAXPROCS %d each may run %d threads of Go code at once on them. ", runtime.NumCPU(), runtime.NumCPU(), slices.Max(bench.ProcsSplits), runtime.NumCPU(), slices.Max(bench.ProcsSplits)*runtime.NumCPU())
-	p("So at RTT %s the splits run twice: with Go's default, and with each process given its share of the machine, GOMAXPROCS = max(1, CPUs / processes) (the rows that say so; the parent checks that every process ran with it); at RTT %s with its share only. ", ms(bench.ContendedRTT), ms(bench.FarRTT))
+	p("So each process is given its share of the machine, GOMAXPROCS = max(1, CPUs / processes) (the parent checks that every process ran with it); with Go's default the splits were only slower here (bench.ProcCells has the last figures). ")
 	p("*Cores busy* is the client's CPU (every process) and the six Redis nodes' per batch times batches/s: at %d, nothing is left for anyone, and a cell's batches/s says what the machine can do, not what the protocol could.\n\n", runtime.NumCPU())
 	for _, rtt := range bench.ProcRTTs {
 		p("### RTT %s\n\n", rttText(rtt))
