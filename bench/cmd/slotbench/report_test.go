@@ -119,3 +119,63 @@ func TestOwnerCheckTable(t *testing.T) {
 		t.Errorf("missing %q in:\n%s", want, out)
 	}
 }
+
+// TestPairsRunMatrixCells: both cells of every pair that is not a
+// reference are cells of the matrix, so that the Targets table can give
+// each its matrix ratio beside the paired one and the two measure the same
+// thing (a process pair whose 1 × 16 side ran only in pairs would have no
+// matrix figure). The best-peer pairs are built from matrix rows.
+func TestPairsRunMatrixCells(t *testing.T) {
+	in := map[bench.Cell]bool{}
+	for _, c := range bench.Matrix() {
+		in[c] = true
+	}
+	n := 0
+	for _, p := range targetPairs(nil) {
+		if p.Ref {
+			continue
+		}
+		for _, c := range []bench.Cell{p.A, p.B} {
+			if !in[c] {
+				t.Errorf("%s: cell %s is not in the matrix", p.Label, c.Name())
+			}
+		}
+		if p.A.Procs > 0 || p.A.Contender == "slotlock-multi" {
+			n++
+			if p.Need != 0.75 || p.WaitP99 != 30*time.Millisecond || p.WaitMax != 150*time.Millisecond {
+				t.Errorf("%s: issue 15's target is 0.75x with waits within 30 / 150 ms, got %.2fx, %s / %s", p.Label, p.Need, p.WaitP99, p.WaitMax)
+			}
+		}
+	}
+	if n != 4 {
+		t.Errorf("%d cross-process pairs, want 4 (one Locker per worker at 200 µs and 1 ms, 4 × 4 and 16 × 1 at 1 ms)", n)
+	}
+}
+
+// TestWaitsMet: the wait bounds take the median round's p99 and the
+// longest wait of any round.
+func TestWaitsMet(t *testing.T) {
+	a := bench.Contended("slotlock-multi", bench.FarRTT)
+	b := bench.Contended("slotlock", bench.FarRTT)
+	mk := func(c bench.Cell, p99, longest time.Duration) row {
+		return row{Result: bench.Result{Cell: c, Wait: bench.Dist{P99: p99, Max: longest}}}
+	}
+	for _, tc := range []struct {
+		name string
+		rows []row
+		want bool
+	}{
+		{"one round's p99 above, median within", []row{mk(a, 25*time.Millisecond, 40*time.Millisecond), mk(b, 0, 0), mk(a, 45*time.Millisecond, 60*time.Millisecond), mk(b, 0, 0), mk(a, 29*time.Millisecond, 50*time.Millisecond)}, true},
+		{"median p99 above", []row{mk(a, 31*time.Millisecond, 40*time.Millisecond), mk(a, 45*time.Millisecond, 60*time.Millisecond), mk(a, 29*time.Millisecond, 50*time.Millisecond)}, false},
+		{"one round's longest above", []row{mk(a, 20*time.Millisecond, 40*time.Millisecond), mk(a, 20*time.Millisecond, 151*time.Millisecond), mk(a, 20*time.Millisecond, 50*time.Millisecond)}, false},
+	} {
+		p := &pairTarget{A: a, B: b, WaitP99: 30 * time.Millisecond, WaitMax: 150 * time.Millisecond, Rows: tc.rows}
+		met, ok := p.waitsMet()
+		if !ok || met != tc.want {
+			t.Errorf("%s: waitsMet = %v, %v; want %v, true", tc.name, met, ok, tc.want)
+		}
+	}
+	if _, ok := (&pairTarget{A: a, B: b}).waitsMet(); ok {
+		t.Error("a pair without bounds reports its waits as judged")
+	}
+}
