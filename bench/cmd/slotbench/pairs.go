@@ -111,6 +111,19 @@ func (t *pairTarget) rounds(cfg config) int {
 // pipeline itself made 0.87x raw there, below the 0.90 target.
 var refKs = []int{1000, 100, 1}
 
+// k1Rounds is the rounds of the pairs at K = 1 on loopback, whose single
+// cells are the noisiest of the matrix (targetPairs).
+const k1Rounds = 9
+
+// refRounds is the rounds of a reference pair: three, but at K = 1 on
+// loopback as many as its target's, whose ratio it explains.
+func refRounds(r refCell) int {
+	if r.k == 1 && r.rtt == 0 {
+		return k1Rounds
+	}
+	return 3
+}
+
 // refCell is the K and round trip of a reference pair.
 type refCell struct {
 	k   int
@@ -156,7 +169,12 @@ func targetPairs(rows []row) []*pairTarget {
 	out := []*pairTarget{
 		{Label: "K = 1000: slotlock / raw pipeline", A: sl(1000, 0), B: other("raw-pipeline", 1000, 0), Need: 0.9},
 		{Label: "K = 100: slotlock / raw pipeline", A: sl(100, 0), B: other("raw-pipeline", 100, 0), Need: 0.85},
-		{Label: "K = 1: slotlock / raw pipeline", A: sl(1, 0), B: other("raw-pipeline", 1, 0), Need: 0.9},
+		// Nine rounds at K = 1 on loopback: a single worker there waits on
+		// the wire more than it computes, and its cells' rates swing by a
+		// third from one round to the next on these machines (slotlock /
+		// raw 1.15, 0.84, 0.80, 0.85, 1.10 in one run of five, 2026-11-28),
+		// so a median of five moved with one or two rounds.
+		{Label: "K = 1: slotlock / raw pipeline", A: sl(1, 0), B: other("raw-pipeline", 1, 0), Need: 0.9, Rounds: k1Rounds},
 	}
 	// The price of the owner check on loopback, where the targets are
 	// tightest: the checked pipeline (the raw pipeline with the smallest
@@ -167,8 +185,8 @@ func targetPairs(rows []row) []*pairTarget {
 		// Three rounds, not five: references, not targets (cut when issue
 		// 15's pairs came, to stay under 12 minutes).
 		out = append(out,
-			&pairTarget{Label: refLabel("checked pipeline / raw pipeline", r), A: chk, B: other("raw-pipeline", r.k, r.rtt), Ref: true, Rounds: 3},
-			&pairTarget{Label: refLabel("slotlock / checked pipeline", r), A: sl(r.k, r.rtt), B: chk, Ref: true, Rounds: 3},
+			&pairTarget{Label: refLabel("checked pipeline / raw pipeline", r), A: chk, B: other("raw-pipeline", r.k, r.rtt), Ref: true, Rounds: refRounds(r)},
+			&pairTarget{Label: refLabel("slotlock / checked pipeline", r), A: sl(r.k, r.rtt), B: chk, Ref: true, Rounds: refRounds(r)},
 		)
 	}
 	for _, rtt := range bench.RTTs[1:] {
