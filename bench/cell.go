@@ -76,11 +76,10 @@ func RTTName(d time.Duration) string {
 // The matrix: on loopback (RTT 0) every K of Ks at every W of Ws; behind
 // each emulated round trip of RTTs, the K of Ks at one worker (trimmed to
 // fit make bench in 12 minutes on 2 cores once the round trips came: no K =
-// 10 and no uncontended W = 16 any more); the
-// contended cell on loopback and at ContendedRTT; and the contended cell
-// with slotlock's workers spread over separate processes (ProcsSplits),
-// each process with Go's default GOMAXPROCS and, where that differs, with
-// its share of the machine's CPUs (SharedMaxProcs).
+// 10 and no uncontended W = 16 any more; slowFar); the contended cell at
+// each round trip of HotRTTs (HotAt says for which contenders); and the
+// contended cell with slotlock's workers spread over separate processes
+// (ProcsSplits) at each round trip of ProcRTTs (ProcCells).
 var (
 	Ks   = []int{1, 100, 1000}
 	Ws   = []int{1}
@@ -91,15 +90,17 @@ var (
 )
 
 // ContendedK and ContendedW shape the contended cell; ContendedRTT is the
-// round trip of its production-like variant (and of the process cells).
-// FarRTT is the round trip at which the contended cell runs a third time,
-// with slotlock's Lockers and processes and the two peers that were best
-// in every earlier run: at 200 µs every cross-process cell keeps both of
-// this machine's cores busy (client CPU and six Redis nodes), so their
-// ratio to one Locker measures the machine as much as the protocol; at 1
-// ms the same cells leave CPU idle and their ratios show how the waiting
-// protocol orders waiters across processes (docs/design.md, "Waiting by
-// reservation across processes").
+// round trip of its production-like variant. FarRTT is the round trip at
+// which the contended cell runs a third time, with slotlock's Lockers and
+// processes and the two peers that were best in every earlier run. At 200
+// µs one Locker's own cell already keeps about 1.5 of this machine's two
+// cores busy (client and six Redis nodes), so a split of the workers that
+// costs more CPU per batch cannot keep up with it whatever the protocol; at
+// 1 ms one Locker keeps less than one core busy, and a split that costs
+// up to twice its CPU per batch has room to: there the ratios of one
+// Locker per worker and of 4 × 4 processes say how waiters are ordered
+// across Lockers. 16 × 1 keeps both cores busy at 1 ms too (docs/design.md,
+// "Where this machine stops being the bound").
 const (
 	ContendedK   = 10
 	ContendedW   = 16

@@ -69,7 +69,7 @@ func run() int {
 	flag.BoolVar(&cfg.short, "short", short, "CI smoke mode: short cells, output to out/ (also $"+EnvShort+"=1)")
 	flag.StringVar(&cfg.out, "out", "", "directory that receives benchmarks.md and benchmarks/ (default ../docs, or out with -short or -cells)")
 	flag.DurationVar(&cfg.benchtime, "benchtime", 0, "target time of one uncontended cell (default 1s, 150ms with -short)")
-	flag.DurationVar(&cfg.hotTime, "hot-benchtime", 0, "target time of one contended cell (default 3s, 500ms with -short)")
+	flag.DurationVar(&cfg.hotTime, "hot-benchtime", 0, "target time of one contended cell (default 2s, 500ms with -short)")
 	flag.DurationVar(&cfg.timeout, "timeout", 0, "bound on the whole run (default 11m30s, 150s with -short)")
 	flag.DurationVar(&cfg.profileTime, "profile", 0, "length of each CPU-profiled slotlock run, K=1000, 100 and 1 (default 5s, 1s with -short)")
 	flag.StringVar(&cfg.root, "root", "..", "the slotlock module, for the slot package micro-benchmarks")

@@ -103,10 +103,20 @@ func (rp report) get(name string, k, w, hot int, rtt time.Duration) (row, bool) 
 	return find(rp.rows, bench.Cell{Contender: name, K: k, W: w, Hot: hot, RTT: rtt})
 }
 
-// ratio is a/b of two cells' batches/s; ok is false when either is missing.
+// ratio is a/b of two contenders' batches/s in the cell of k, w, hot and
+// rtt; ok is false when either is missing.
 func (rp report) ratio(a, b string, k, w, hot int, rtt time.Duration) (float64, bool) {
-	ra, ok1 := rp.get(a, k, w, hot, rtt)
-	rb, ok2 := rp.get(b, k, w, hot, rtt)
+	cell := bench.Cell{K: k, W: w, Hot: hot, RTT: rtt}
+	ca, cb := cell, cell
+	ca.Contender, cb.Contender = a, b
+	return rp.cellRatio(ca, cb)
+}
+
+// cellRatio is a/b of two cells' batches/s; ok is false when either is
+// missing or failed.
+func (rp report) cellRatio(a, b bench.Cell) (float64, bool) {
+	ra, ok1 := find(rp.rows, a)
+	rb, ok2 := find(rp.rows, b)
 	if !ok1 || !ok2 || rb.BatchesPerSec() == 0 {
 		return 0, false
 	}
@@ -228,7 +238,11 @@ func pairCell(t *pairTarget) string {
 	if t.Ref {
 		return fmt.Sprintf("**%.2f×** (%s)", m, t.ratios())
 	}
-	return fmt.Sprintf("**%.2f×** (%s) %s", m, t.ratios(), verdict(m >= t.Need))
+	w := ""
+	if met, ok := t.waitsMet(); ok {
+		w = " waits " + verdict(met) + ","
+	}
+	return fmt.Sprintf("**%.2f×** (%s)%s %s", m, t.ratios(), w, verdict(t.met()))
 }
 
 func verdict(ok bool) string {

@@ -49,16 +49,14 @@ func writeTargets(b *strings.Builder, rp report, pairs []*pairTarget, m *machine
 	p("## Targets\n\n")
 	p("The project's targets for slotlock, as ratios of batches/s in this run. ")
 	var dU, dH time.Duration
-	rounds := 0
 	for _, t := range pairs {
-		rounds = max(rounds, len(t.Ratios))
 		if t.A.Hot > 0 {
 			dH = t.D
 		} else {
 			dU = t.D
 		}
 	}
-	p("*Paired* decides: after the matrix, slotlock and the other side run alternately (A B, B A, A B, ...: %d rounds, cells of %s, contended %s; W = 1 unless contended) so that a burst of load from other programs hits both sides; the median of the rounds' ratios counts. ", rounds, dU, dH)
+	p("*Paired* decides: after the matrix, slotlock and the other side run alternately (A B, B A, A B, ...: each pair's rounds in parentheses, cells of %s, contended %s; W = 1 unless contended) so that a burst of load from other programs hits both sides; the median of the rounds' ratios counts, and where a target also bounds the waits (issue 15's: the median round's wait p99 ≤ %s, every round's longest wait ≤ %s), so do they. ", dU, dH, ms(xprocWaitP99), ms(xprocWaitMax))
 	p("*Matrix* is the ratio of the two single cells in the tables below.\n\n")
 	p("| target | required | paired: median (rounds) | matrix |\n|---|---:|---:|---:|\n")
 	for _, t := range pairs {
@@ -66,11 +64,13 @@ func writeTargets(b *strings.Builder, rp report, pairs []*pairTarget, m *machine
 			continue
 		}
 		m := "n/a"
-		a, okA := find(rp.rows, t.A)
-		bb, okB := find(rp.rows, t.B)
-		if okA && okB && bb.BatchesPerSec() > 0 {
-			r := a.BatchesPerSec() / bb.BatchesPerSec()
-			m = fmt.Sprintf("%.2f× %s", r, verdict(r >= t.Need))
+		if r, ok := rp.cellRatio(t.A, t.B); ok {
+			met := r >= t.Need
+			if t.WaitP99 > 0 {
+				a, _ := find(rp.rows, t.A)
+				met = met && a.Wait.P99 <= t.WaitP99 && a.Wait.Max <= t.WaitMax
+			}
+			m = fmt.Sprintf("%.2f× %s", r, verdict(met))
 		}
 		p("| %s | ≥ %.2f× | %s | %s |\n", t.Label, t.Need, pairCell(t), m)
 	}
@@ -83,7 +83,7 @@ func writeTargets(b *strings.Builder, rp report, pairs []*pairTarget, m *machine
 		}
 	}
 	writeOwnerCheck(b, pairs)
-	p("\nContended waits of each paired round: the first side's (slotlock, or the split of its workers) and the second's; where the target bounds them (issue 15: wait p99 ≤ 30 ms, the median round's; longest ≤ 150 ms, any round's), whether they are within:\n\n")
+	p("\nContended waits of each paired round: the first side's (slotlock, or the split of its workers) and the second's; where the target bounds them, whether they are within:\n\n")
 	p("| pair | first side's wait p99 per round | second side's | first side's longest wait | waits |\n|---|---|---|---:|---|\n")
 	for _, t := range pairs {
 		if t.A.Hot == 0 {
@@ -91,12 +91,11 @@ func writeTargets(b *strings.Builder, rp report, pairs []*pairTarget, m *machine
 		}
 		slR, peerR := t.side(t.A), t.side(t.B)
 		var a, bb []string
-		var worst time.Duration
 		for i := range min(len(slR), len(peerR)) {
 			a = append(a, ms(slR[i].Wait.P99))
 			bb = append(bb, ms(peerR[i].Wait.P99))
-			worst = max(worst, slR[i].Wait.Max)
 		}
+		_, worst := t.waits()
 		w := "–"
 		if met, ok := t.waitsMet(); ok {
 			w = fmt.Sprintf("≤ %s / %s %s", ms(t.WaitP99), ms(t.WaitMax), verdict(met))
@@ -360,42 +359,34 @@ func writeProcs(b *strings.Builder, rp report) {
 	p("Every Go process starts with GOMAXPROCS = all the machine's CPUs (%d here). Instances of a service on hosts of their own each get their own cores; here all the processes share these %d cores with the 6 Redis nodes, and %d processes with GOMAXPROCS %d each may run %d threads of Go code at once on them. ", runtime.NumCPU(), runtime.NumCPU(), slices.Max(bench.ProcsSplits), runtime.NumCPU(), slices.Max(bench.ProcsSplits)*runtime.NumCPU())
 	p("So each process is given its share of the machine, GOMAXPROCS = max(1, CPUs / processes) (the parent checks that every process ran with it); with Go's default the splits were only slower here (bench.ProcCells has the last figures). ")
 	p("*Cores busy* is the client's CPU (every process) and the six Redis nodes' per batch times batches/s: at %d, nothing is left for anyone, and a cell's batches/s says what the machine can do, not what the protocol could.\n\n", runtime.NumCPU())
+	p("*vs one Locker* is each row's batches/s against the one-Locker cell its target compares it with: a split of the workers over processes against 1 × %d in a process of its own (the first row), one Locker per worker against one Locker in this process; the last row compares the two one-Locker cells.\n\n", bench.ContendedW)
 	for _, rtt := range bench.ProcRTTs {
 		p("### RTT %s\n\n", rttText(rtt))
-		p("| processes × workers | GOMAXPROCS per process | batches/s | vs 1 × %d in this process | latency p50 | latency p99 | wait p99 | longest wait | client CPU per batch | cores busy |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n", bench.ContendedW)
-		one, haveOne := find(rp.rows, bench.Contended("slotlock", rtt))
-		for _, c := range bench.ProcCells(rtt) {
-			n := c.Procs
+		p("| processes × workers | GOMAXPROCS per process | batches/s | vs one Locker | latency p50 | latency p99 | wait p99 | longest wait | client CPU per batch | cores busy |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		cells := bench.ProcCells(rtt)
+		child, here := cells[0], bench.Contended("slotlock", rtt)
+		line := func(what, gmp string, c, base bench.Cell) {
+			r, ok := find(rp.rows, c)
+			if !ok {
+				p("| %s | %s | %s | | | | | | | |\n", what, gmp, missing(rp, c))
+				return
+			}
+			vs := "–"
+			if x, ok := rp.cellRatio(c, base); ok {
+				vs = fmt.Sprintf("%.2f×", x)
+			}
+			p("| %s | %s | %s%s | %s | %s | %s | %s | %s | %s | %s |\n", what, gmp, num(r.BatchesPerSec()), dagger(r), vs, ms(r.Latency.P50), ms(r.Latency.P99), ms(r.Wait.P99), ms(r.Wait.Max), ms(r.PerBatch(r.ClientCPU)), busy(r))
+		}
+		for _, c := range cells {
 			gmp := fmt.Sprintf("%d (default)", runtime.NumCPU())
 			if c.MaxProcs > 0 {
 				gmp = fmt.Sprintf("%d (its share)", c.MaxProcs)
 			}
-			r, ok := find(rp.rows, c)
-			if !ok {
-				p("| %d × %d | %s | %s | | | | | | | |\n", n, bench.ContendedW/n, gmp, missing(rp, c))
-				continue
-			}
-			vs := "–"
-			if haveOne && one.BatchesPerSec() > 0 {
-				vs = fmt.Sprintf("%.2f×", r.BatchesPerSec()/one.BatchesPerSec())
-			}
-			p("| %d × %d | %s | %s%s | %s | %s | %s | %s | %s | %s | %s |\n", n, bench.ContendedW/n, gmp, num(r.BatchesPerSec()), dagger(r), vs, ms(r.Latency.P50), ms(r.Latency.P99), ms(r.Wait.P99), ms(r.Wait.Max), ms(r.PerBatch(r.ClientCPU)), busy(r))
+			line(fmt.Sprintf("%d × %d", c.Procs, bench.ContendedW/c.Procs), gmp, c, child)
 		}
-		for _, name := range []string{"slotlock-multi", "slotlock"} {
-			r, ok := find(rp.rows, bench.Contended(name, rtt))
-			if !ok {
-				continue
-			}
-			what := fmt.Sprintf("1 × %d, in this process, one Locker per worker (slotlock-multi)", bench.ContendedW)
-			if name == "slotlock" {
-				what = fmt.Sprintf("1 × %d, in this process, one Locker (the matrix's cell)", bench.ContendedW)
-			}
-			vs := "–"
-			if haveOne && one.BatchesPerSec() > 0 {
-				vs = fmt.Sprintf("%.2f×", r.BatchesPerSec()/one.BatchesPerSec())
-			}
-			p("| %s | %d | %s%s | %s | %s | %s | %s | %s | %s | %s |\n", what, runtime.GOMAXPROCS(0), num(r.BatchesPerSec()), dagger(r), vs, ms(r.Latency.P50), ms(r.Latency.P99), ms(r.Wait.P99), ms(r.Wait.Max), ms(r.PerBatch(r.ClientCPU)), busy(r))
-		}
+		gmp := fmt.Sprint(runtime.GOMAXPROCS(0))
+		line(fmt.Sprintf("1 × %d, in this process, one Locker per worker (slotlock-multi)", bench.ContendedW), gmp, bench.Contended("slotlock-multi", rtt), here)
+		line(fmt.Sprintf("1 × %d, in this process, one Locker (the matrix's cell)", bench.ContendedW), gmp, here, child)
 		p("\n")
 	}
 }

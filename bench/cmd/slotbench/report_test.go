@@ -179,3 +179,46 @@ func TestWaitsMet(t *testing.T) {
 		t.Error("a pair without bounds reports its waits as judged")
 	}
 }
+
+// TestTargetVerdictCountsWaits: a cross-process target whose ratio is met
+// but whose waits are not is not met, in the paired column and in the
+// matrix column alike; and a failed round's empty waits are not counted.
+func TestTargetVerdictCountsWaits(t *testing.T) {
+	a := bench.Contended("slotlock-multi", bench.FarRTT)
+	b := bench.Contended("slotlock", bench.FarRTT)
+	mk := func(c bench.Cell, batches int, p99 time.Duration) row {
+		return row{Result: bench.Result{Cell: c, Batches: batches, Elapsed: time.Second, Wait: bench.Dist{P99: p99, Max: p99}}}
+	}
+	for _, tc := range []struct {
+		name string
+		p99  time.Duration
+		want string
+	}{
+		{"waits within", 20 * time.Millisecond, "(met)"},
+		{"waits above", 40 * time.Millisecond, "(**not met**)"},
+	} {
+		p := &pairTarget{Label: "x", A: a, B: b, Need: xprocNeed, WaitP99: xprocWaitP99, WaitMax: xprocWaitMax,
+			Ratios: []float64{0.9, 0.9, 0.9}, Rows: []row{mk(a, 900, tc.p99), mk(b, 1000, 0), mk(b, 1000, 0), mk(a, 900, tc.p99), mk(a, 900, tc.p99), mk(b, 1000, 0)}}
+		var sb strings.Builder
+		writeTargets(&sb, report{rows: []row{mk(a, 900, tc.p99), mk(b, 1000, 0)}}, []*pairTarget{p}, &machine{})
+		var line string
+		for _, l := range strings.Split(sb.String(), "\n") {
+			if strings.HasPrefix(l, "| x |") && line == "" {
+				line = l // the Targets row; the waits table's comes after
+			}
+		}
+		cols := strings.Split(line, "|")
+		if len(cols) < 5 || !strings.HasSuffix(strings.TrimSpace(cols[3]), tc.want) || !strings.HasSuffix(strings.TrimSpace(cols[4]), tc.want) {
+			t.Errorf("%s: want both verdicts %s, got %q", tc.name, tc.want, line)
+		}
+	}
+	failed := &pairTarget{A: a, B: b, WaitP99: xprocWaitP99, WaitMax: xprocWaitMax, Err: bench.ErrNotHeld,
+		Rows: []row{mk(a, 900, 20*time.Millisecond), {Result: bench.Result{Cell: b, Err: bench.ErrNotHeld}}}}
+	if _, ok := failed.waitsMet(); ok {
+		t.Error("a failed pair's waits are judged")
+	}
+	p99s, _ := (&pairTarget{A: a, Rows: []row{mk(a, 900, 20*time.Millisecond), {Result: bench.Result{Cell: a, Err: bench.ErrNotHeld}}}}).waits()
+	if len(p99s) != 1 {
+		t.Errorf("waits counted %d rounds, want 1 (the failed one left out)", len(p99s))
+	}
+}
