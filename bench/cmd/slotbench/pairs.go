@@ -255,13 +255,25 @@ func processPairs() []*pairTarget {
 		if rtt != bench.FarRTT {
 			continue
 		}
-		cells := bench.ProcCells(rtt)
-		one := cells[0] // ProcsSplits[0] is 1
-		for _, c := range cells[1:] {
-			out = append(out, pair(fmt.Sprintf("contended: %d × %d processes / 1 × %d", c.Procs, bench.ContendedW/c.Procs, bench.ContendedW)+at, c, one))
+		one := oneProcess(rtt)
+		for _, c := range bench.ProcCells(rtt) {
+			if c != one {
+				out = append(out, pair(fmt.Sprintf("contended: %d × %d processes / 1 × %d", c.Procs, bench.ContendedW/c.Procs, bench.ContendedW)+at, c, one))
+			}
 		}
 	}
 	return out
+}
+
+// oneProcess is the process cell of one process with all the workers,
+// the baseline of the other splits at rtt.
+func oneProcess(rtt time.Duration) bench.Cell {
+	for _, c := range bench.ProcCells(rtt) {
+		if c.Procs == 1 {
+			return c
+		}
+	}
+	panic("slotbench: bench.ProcsSplits has no split of one process")
 }
 
 func (t *pairTarget) run(ctx context.Context, env *bench.Env, cfg config) {
@@ -362,7 +374,13 @@ func (t *pairTarget) waitsMet() (met, ok bool) {
 	if t.WaitP99 == 0 || len(p99s) == 0 || t.Err != nil {
 		return false, false
 	}
-	return medianOf(p99s) <= t.WaitP99 && longest <= t.WaitMax, true
+	return t.waitsWithin(medianOf(p99s), longest), true
+}
+
+// waitsWithin says whether a wait p99 and a longest wait are within the
+// pair's bounds.
+func (t *pairTarget) waitsWithin(p99, longest time.Duration) bool {
+	return p99 <= t.WaitP99 && longest <= t.WaitMax
 }
 
 // met says whether the pair meets its target on the paired rounds: the

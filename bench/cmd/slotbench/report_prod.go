@@ -68,7 +68,7 @@ func writeTargets(b *strings.Builder, rp report, pairs []*pairTarget, m *machine
 			met := r >= t.Need
 			if t.WaitP99 > 0 {
 				a, _ := find(rp.rows, t.A)
-				met = met && a.Wait.P99 <= t.WaitP99 && a.Wait.Max <= t.WaitMax
+				met = met && t.waitsWithin(a.Wait.P99, a.Wait.Max)
 			}
 			m = fmt.Sprintf("%.2f× %s", r, verdict(met))
 		}
@@ -363,8 +363,7 @@ func writeProcs(b *strings.Builder, rp report) {
 	for _, rtt := range bench.ProcRTTs {
 		p("### RTT %s\n\n", rttText(rtt))
 		p("| processes × workers | GOMAXPROCS per process | batches/s | vs one Locker | latency p50 | latency p99 | wait p99 | longest wait | client CPU per batch | cores busy |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-		cells := bench.ProcCells(rtt)
-		child, here := cells[0], bench.Contended("slotlock", rtt)
+		child, here := oneProcess(rtt), bench.Contended("slotlock", rtt)
 		line := func(what, gmp string, c, base bench.Cell) {
 			r, ok := find(rp.rows, c)
 			if !ok {
@@ -377,7 +376,7 @@ func writeProcs(b *strings.Builder, rp report) {
 			}
 			p("| %s | %s | %s%s | %s | %s | %s | %s | %s | %s | %s |\n", what, gmp, num(r.BatchesPerSec()), dagger(r), vs, ms(r.Latency.P50), ms(r.Latency.P99), ms(r.Wait.P99), ms(r.Wait.Max), ms(r.PerBatch(r.ClientCPU)), busy(r))
 		}
-		for _, c := range cells {
+		for _, c := range bench.ProcCells(rtt) {
 			gmp := fmt.Sprintf("%d (default)", runtime.NumCPU())
 			if c.MaxProcs > 0 {
 				gmp = fmt.Sprintf("%d (its share)", c.MaxProcs)
