@@ -52,6 +52,8 @@ lint:
 # plus the slot package's micro-benchmarks. bench writes docs/benchmarks.md
 # and docs/benchmarks/ (it stops itself at 11m30s on 2 cores); bench-short
 # is the CI smoke run (bounded at 150 s) and writes bench/out/ instead.
+# Both run the cluster as processes unless SLOTLOCK_CLUSTER says otherwise
+# (bench/cmd/slotbench/env.go, benchBackend: why).
 .PHONY: bench-short
 bench: ensure-redis
 	cd bench && $(GO) run ./cmd/slotbench

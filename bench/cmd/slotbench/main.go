@@ -1,6 +1,6 @@
 // Command slotbench runs the benchmark matrix of package bench against one
-// Redis Cluster (3 masters, 3 replicas; in containers when a Docker engine
-// answers, else processes: SLOTLOCK_CLUSTER=docker|process|auto) and writes
+// Redis Cluster (3 masters, 3 replicas; redis-server processes unless
+// SLOTLOCK_CLUSTER=docker|auto says otherwise: benchBackend) and writes
 // the report: benchmarks.md, benchmarks/results.csv, benchmarks/bench.txt
 // (benchstat's input format) and benchmarks/keys-per-second.svg.
 //

@@ -217,7 +217,7 @@ func markdown(m *machine, rows []row, pairs []*pairTarget, profs map[int]*profil
 func backendText(b string) string {
 	switch b {
 	case "docker":
-		return "docker (one container per node, host networking, via testcontainers)"
+		return "docker (one container per node, host networking, via testcontainers; the six nodes share one cgroup's CPU weight, so cells with many client threads starve them: `make bench` uses processes unless SLOTLOCK_CLUSTER says docker)"
 	case "process":
 		return "process (redis-server processes on the host)"
 	case "attached":

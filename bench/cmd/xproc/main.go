@@ -67,12 +67,13 @@ func main() {
 	rtt := flag.Duration("rtt", 200*time.Microsecond, "emulated round trip (bench/latency)")
 	procs := flag.Int("procs", 0, "worker processes (each one client and one Locker); 0 runs the workers in this process")
 	workers := flag.Int("w", 16, "workers in all")
-	lockers := flag.Int("lockers", 0, "with -procs 0: Lockers in this process (0: one per worker), on one client")
+	lockers := flag.Int("lockers", 0, "Lockers on one client in each process: with -procs 0, 0 means one per worker; with -procs N, 0 means one")
 	dur := flag.Duration("d", 3*time.Second, "how long the workers run")
 	k := flag.Int("k", 10, "keys per batch")
 	hot := flag.Int("hot", 200, "keys to draw from")
 	flag.Parse()
 	if *procs > 0 {
+		childLockers = *lockers
 		parent(*procs, *workers, *dur)
 		return
 	}
@@ -155,6 +156,8 @@ func main() {
 
 // parent runs the workers in procs processes of workers/procs each, starts
 // them together once every one has warmed up, and sums their reports.
+var childLockers int
+
 func parent(procs, workers int, dur time.Duration) {
 	var args []string
 	flag.Visit(func(f *flag.Flag) {
@@ -162,7 +165,7 @@ func parent(procs, workers int, dur time.Duration) {
 			args = append(args, "-"+f.Name+"="+f.Value.String())
 		}
 	})
-	args = append(args, fmt.Sprintf("-w=%d", workers/procs), "-lockers=1")
+	args = append(args, fmt.Sprintf("-w=%d", workers/procs), fmt.Sprintf("-lockers=%d", max(1, childLockers)))
 	type proc struct {
 		cmd *exec.Cmd
 		out strings.Builder
