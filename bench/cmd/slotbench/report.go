@@ -238,11 +238,17 @@ func pairCell(t *pairTarget) string {
 	if t.Ref {
 		return fmt.Sprintf("**%.2f×** (%s)", m, t.ratios())
 	}
-	w := ""
+	v := verdict(t.met())
 	if met, ok := t.waitsMet(); ok {
-		w = " waits " + verdict(met) + ","
+		// One verdict for the target, which counts its waits; the waits'
+		// own say which part failed when it is not met.
+		w := "waits within bounds"
+		if !met {
+			w = "waits **over bounds**"
+		}
+		v = strings.TrimSuffix(v, ")") + "; " + w + ")"
 	}
-	return fmt.Sprintf("**%.2f×** (%s)%s %s", m, t.ratios(), w, verdict(t.met()))
+	return fmt.Sprintf("**%.2f×** (%s) %s", m, t.ratios(), v)
 }
 
 func verdict(ok bool) string {
