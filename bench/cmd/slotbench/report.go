@@ -34,6 +34,9 @@ func writeReport(cfg config, m *machine, rows []row, pairs []*pairTarget, profs 
 	if err := os.WriteFile(filepath.Join(dir, "results.csv"), resultsCSV(rows), 0o644); err != nil {
 		return err
 	}
+	if err := os.WriteFile(filepath.Join(dir, "pairs.csv"), pairsCSV(pairs), 0o644); err != nil {
+		return err
+	}
 	if err := os.WriteFile(filepath.Join(dir, "bench.txt"), benchstatText(m, rows), 0o644); err != nil {
 		return err
 	}
@@ -46,31 +49,62 @@ func writeReport(cfg config, m *machine, rows []row, pairs []*pairTarget, profs 
 func resultsCSV(rows []row) []byte {
 	var b bytes.Buffer
 	w := csv.NewWriter(&b)
-	_ = w.Write([]string{
-		"contender", "mode", "K", "W", "batches", "seconds", "batches_per_s", "keys_per_s",
-		"p50_us", "p99_us", "max_us", "wait_p50_us", "wait_p99_us", "wait_max_us",
-		"client_cpu_us_per_batch", "server_cpu_us_per_batch", "server_cmds_per_batch",
-		"server_cmd_us_per_batch", "script_calls_per_batch", "script_us_per_call",
-		"allocs_per_batch", "bytes_per_batch", "other_programs_cores", "stalls", "error",
-	})
+	_ = w.Write(rowHeader)
 	for _, r := range rows {
-		errText := ""
-		if r.Err != nil {
-			errText = r.Err.Error()
-		}
-		_ = w.Write([]string{
-			r.Contender, r.Mode(), strconv.Itoa(r.K), strconv.Itoa(r.W), strconv.Itoa(r.Batches),
-			f3(r.Elapsed.Seconds()), f1(r.BatchesPerSec()), f1(r.KeysPerSec()),
-			us(r.Latency.P50), us(r.Latency.P99), us(r.Latency.Max),
-			us(r.Wait.P50), us(r.Wait.P99), us(r.Wait.Max),
-			us(r.PerBatch(r.ClientCPU)), us(r.PerBatch(r.Server.CPU)), perBatch(r, r.Server.Calls),
-			perBatch(r, r.Server.Usec), perBatch(r, r.Server.ScriptCalls), perCall(r.Server.ScriptUsec, r.Server.ScriptCalls),
-			strconv.FormatInt(r.AllocsPerBatch, 10), strconv.FormatInt(r.BytesPerBatch, 10), f3(r.Foreign),
-			strconv.FormatInt(r.Stalls, 10), errText,
-		})
+		_ = w.Write(rowFields(r))
 	}
 	w.Flush()
 	return b.Bytes()
+}
+
+// pairsCSV lists every round of every paired target, each side's cell as
+// results.csv has it, in the order run: what a median in the Targets
+// table was taken from, and the load during each round.
+func pairsCSV(pairs []*pairTarget) []byte {
+	var b bytes.Buffer
+	w := csv.NewWriter(&b)
+	_ = w.Write(append([]string{"pair", "round", "side"}, rowHeader...))
+	for _, t := range pairs {
+		for i, r := range t.Rows {
+			side := "A"
+			if r.Cell != t.A {
+				side = "B"
+			}
+			// Rows come two a round (a failed one ends the pair).
+			_ = w.Write(append([]string{t.Label, strconv.Itoa(i/2 + 1), side}, rowFields(r)...))
+		}
+	}
+	w.Flush()
+	return b.Bytes()
+}
+
+// rowHeader names rowFields' columns. The round trip and the process split
+// follow K and W (a cell is named by all six); older files lack them.
+var rowHeader = []string{
+	"contender", "mode", "K", "W", "rtt_us", "procs", "gomaxprocs", "batches", "seconds", "batches_per_s", "keys_per_s",
+	"p50_us", "p99_us", "max_us", "wait_p50_us", "wait_p99_us", "wait_max_us",
+	"client_cpu_us_per_batch", "server_cpu_us_per_batch", "server_cmds_per_batch",
+	"server_cmd_us_per_batch", "script_calls_per_batch", "script_us_per_call",
+	"allocs_per_batch", "bytes_per_batch", "other_programs_cores", "stalls", "error",
+}
+
+// rowFields is one cell's line of results.csv.
+func rowFields(r row) []string {
+	errText := ""
+	if r.Err != nil {
+		errText = r.Err.Error()
+	}
+	return []string{
+		r.Contender, r.Mode(), strconv.Itoa(r.K), strconv.Itoa(r.W),
+		strconv.FormatInt(r.RTT.Microseconds(), 10), strconv.Itoa(r.Procs), strconv.Itoa(r.MaxProcs), strconv.Itoa(r.Batches),
+		f3(r.Elapsed.Seconds()), f1(r.BatchesPerSec()), f1(r.KeysPerSec()),
+		us(r.Latency.P50), us(r.Latency.P99), us(r.Latency.Max),
+		us(r.Wait.P50), us(r.Wait.P99), us(r.Wait.Max),
+		us(r.PerBatch(r.ClientCPU)), us(r.PerBatch(r.Server.CPU)), perBatch(r, r.Server.Calls),
+		perBatch(r, r.Server.Usec), perBatch(r, r.Server.ScriptCalls), perCall(r.Server.ScriptUsec, r.Server.ScriptCalls),
+		strconv.FormatInt(r.AllocsPerBatch, 10), strconv.FormatInt(r.BytesPerBatch, 10), f3(r.Foreign),
+		strconv.FormatInt(r.Stalls, 10), errText,
+	}
 }
 
 // benchstatText writes the cells in the format of `go test -bench`, so that
@@ -202,6 +236,7 @@ func markdown(m *machine, rows []row, pairs []*pairTarget, profs map[int]*profil
 
 	p("## Files\n\n")
 	p("- [`benchmarks/results.csv`](benchmarks/results.csv): every cell, every metric (client and server CPU per batch, commands per batch, allocations).\n")
+	p("- [`benchmarks/pairs.csv`](benchmarks/pairs.csv): every round of every paired target and reference, each side's cell with the same metrics, in the order run.\n")
 	p("- [`benchmarks/bench.txt`](benchmarks/bench.txt): the cells in `go test -bench` format: `benchstat old.txt new.txt` compares two runs.\n")
 	p("- [`benchmarks/keys-per-second.svg`](benchmarks/keys-per-second.svg): the chart above.\n")
 	for _, k := range profiledKs {

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bytes"
+	"encoding/csv"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -220,5 +223,38 @@ func TestTargetVerdictCountsWaits(t *testing.T) {
 	p99s, _ := (&pairTarget{A: a, Rows: []row{mk(a, 900, 20*time.Millisecond), {Result: bench.Result{Cell: a, Err: bench.ErrNotHeld}}}}).waits()
 	if len(p99s) != 1 {
 		t.Errorf("waits counted %d rounds, want 1 (the failed one left out)", len(p99s))
+	}
+}
+
+// TestPairsCSV: pairs.csv has a line per round and side, in the order run,
+// and its cells (like results.csv's) say their round trip and split.
+func TestPairsCSV(t *testing.T) {
+	a := bench.Contended("slotlock-multi", bench.FarRTT)
+	b := bench.ProcCells(bench.FarRTT)[0]
+	mk := func(c bench.Cell) row { return row{Result: bench.Result{Cell: c, Batches: 100, Elapsed: time.Second}} }
+	p := &pairTarget{Label: "x", A: a, B: b, Rows: []row{mk(a), mk(b), mk(b), mk(a)}}
+	recs, err := csv.NewReader(bytes.NewReader(pairsCSV([]*pairTarget{p}))).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 5 {
+		t.Fatalf("%d lines, want a header and 4", len(recs))
+	}
+	col := map[string]int{}
+	for i, h := range recs[0] {
+		col[h] = i
+	}
+	for i, want := range [][2]string{{"1", "A"}, {"1", "B"}, {"2", "B"}, {"2", "A"}} {
+		r := recs[i+1]
+		if r[col["pair"]] != "x" || r[col["round"]] != want[0] || r[col["side"]] != want[1] {
+			t.Errorf("line %d: pair %q round %q side %q, want x %s %s", i+1, r[col["pair"]], r[col["round"]], r[col["side"]], want[0], want[1])
+		}
+		c := a
+		if want[1] == "B" {
+			c = b
+		}
+		if r[col["rtt_us"]] != strconv.FormatInt(c.RTT.Microseconds(), 10) || r[col["procs"]] != strconv.Itoa(c.Procs) || r[col["batches_per_s"]] != "100.0" {
+			t.Errorf("line %d: rtt_us %q procs %q batches/s %q, want %s's", i+1, r[col["rtt_us"]], r[col["procs"]], r[col["batches_per_s"]], c.Name())
+		}
 	}
 }
