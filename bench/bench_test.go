@@ -228,3 +228,47 @@ func TestRueidislockStallGuard(t *testing.T) {
 		t.Fatalf("after %v: %d stalls, want at least 1", time.Since(start), c.Stalls())
 	}
 }
+
+// TestInterleave: two single-worker cells measured batch by batch get the
+// same number of batches each (the one that started never has one more
+// at the end), each side's time is the sum of its own batches only (so
+// the two together fit in the wall time), every lock really held its keys
+// (the exclusion checker ran on each batch), and a cell with more than
+// one worker, or contended, is refused.
+func TestInterleave(t *testing.T) {
+	env := newEnv(t)
+	ctx := context.Background()
+	a, err := env.NewRun(ctx, Cell{Contender: "slotlock", K: 10, W: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := env.NewRun(ctx, Cell{Contender: "raw-pipeline", K: 10, W: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	start := time.Now()
+	ra, rb, err := Interleave(ctx, a, b, 300*time.Millisecond)
+	wall := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ra.Batches < 10 || ra.Batches != rb.Batches {
+		t.Errorf("batches %d and %d, want equal and at least 10", ra.Batches, rb.Batches)
+	}
+	if ra.Elapsed <= 0 || rb.Elapsed <= 0 || ra.Elapsed+rb.Elapsed > wall {
+		t.Errorf("own times %v + %v, want both > 0 and together within the wall time %v", ra.Elapsed, rb.Elapsed, wall)
+	}
+	if ra.Cell.Contender != "slotlock" || rb.Cell.Contender != "raw-pipeline" || ra.Latency.P50 <= 0 || ra.Violations+rb.Violations != 0 {
+		t.Errorf("results %+v and %+v", ra, rb)
+	}
+	hot, err := env.NewRun(ctx, Cell{Contender: "slotlock", K: 10, W: 4, Hot: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hot.Close()
+	if _, _, err := Interleave(ctx, a, hot, 50*time.Millisecond); err == nil {
+		t.Error("a contended cell of 4 workers was interleaved")
+	}
+}

@@ -496,45 +496,19 @@ func (r *Run) roundSamples(ctx context.Context, n int, check bool) (Result, []ti
 	start := time.Now()
 	for w := range r.cell.W {
 		wg.Go(func() {
-			acq, s := r.acqs[w], r.samplers[w]
 			for !stop.Load() && next.Add(1) <= int64(n) && (r.until.IsZero() || time.Now().Before(r.until)) {
-				keys, idx := s.next(r.cell.K)
-				t0 := time.Now()
-				h, err := acq.Lock(ctx, keys)
-				t1 := time.Now()
-				var t1mono int64
-				if r.holds != nil {
-					t1mono = monotonic()
+				b := r.batch(ctx, w, check)
+				violations.Add(int64(b.violations))
+				if b.err != nil {
+					fail(b.err)
 				}
-				if err != nil {
-					fail(fmt.Errorf("worker %d: lock: %w", w, err))
+				if b.done {
+					lat[w] = append(lat[w], b.lat)
+					wait[w] = append(wait[w], b.wait)
+				}
+				if b.stop {
 					return
 				}
-				if v := r.excl.claim(idx, w); v > 0 {
-					violations.Add(int64(v))
-				}
-				if check {
-					if err := h.Check(ctx); err != nil {
-						violations.Add(1)
-						fail(fmt.Errorf("worker %d: check: %w", w, err))
-					}
-				}
-				r.excl.unclaim(idx, w)
-				if r.holds != nil {
-					r.holds[w] = append(r.holds[w], newHold(r.firstWorker+w, t1mono, idx))
-				}
-				t2 := time.Now()
-				err = h.Release(ctx)
-				t3 := time.Now()
-				if errors.Is(err, ErrNotHeld) {
-					violations.Add(1)
-				}
-				if err != nil {
-					fail(fmt.Errorf("worker %d: release: %w", w, err))
-					return
-				}
-				lat[w] = append(lat[w], t1.Sub(t0)+t3.Sub(t2))
-				wait[w] = append(wait[w], t1.Sub(t0))
 			}
 		})
 	}
@@ -548,6 +522,103 @@ func (r *Run) roundSamples(ctx context.Context, n int, check bool) (Result, []ti
 	res.Batches = len(allWaits)
 	res.Wait = distOf(allWaits)
 	return res, allLat, allWaits
+}
+
+// batchResult is one batch of one worker: its latency (lock + release)
+// and wait (lock), whether it completed, the mutual exclusion violations
+// it saw, and an error; stop ends the worker.
+type batchResult struct {
+	lat, wait  time.Duration
+	done, stop bool
+	violations int
+	err        error
+}
+
+// batch runs one batch of worker w: draw keys, lock, claim them in the
+// exclusion checker (and, with check, read them back from Redis),
+// release.
+func (r *Run) batch(ctx context.Context, w int, check bool) batchResult {
+	var res batchResult
+	acq, s := r.acqs[w], r.samplers[w]
+	keys, idx := s.next(r.cell.K)
+	t0 := time.Now()
+	h, err := acq.Lock(ctx, keys)
+	t1 := time.Now()
+	var t1mono int64
+	if r.holds != nil {
+		t1mono = monotonic()
+	}
+	if err != nil {
+		res.err, res.stop = fmt.Errorf("worker %d: lock: %w", w, err), true
+		return res
+	}
+	res.violations += r.excl.claim(idx, w)
+	if check {
+		if err := h.Check(ctx); err != nil {
+			res.violations++
+			res.err = fmt.Errorf("worker %d: check: %w", w, err)
+		}
+	}
+	r.excl.unclaim(idx, w)
+	if r.holds != nil {
+		r.holds[w] = append(r.holds[w], newHold(r.firstWorker+w, t1mono, idx))
+	}
+	t2 := time.Now()
+	err = h.Release(ctx)
+	t3 := time.Now()
+	if errors.Is(err, ErrNotHeld) {
+		res.violations++
+	}
+	if err != nil {
+		res.err, res.stop = errors.Join(res.err, fmt.Errorf("worker %d: release: %w", w, err)), true
+		return res
+	}
+	res.lat, res.wait, res.done = t1.Sub(t0)+t3.Sub(t2), t1.Sub(t0), true
+	return res
+}
+
+// Interleave measures two single-worker uncontended runs batch by batch,
+// alternately (a first), until d has passed: a's batch, b's, a's, ... so
+// that whatever the machine does meanwhile (the scheduler placing the
+// client and the Redis master on one core or two, a burst of other
+// programs) falls on both alike. Each Result counts only its own batches:
+// Elapsed is the sum of their latencies, so batches/s is batches over the
+// time spent in them. CPU and server figures are not taken (both sides'
+// work is mixed). A violation or error ends the measurement with an
+// error.
+func Interleave(ctx context.Context, a, b *Run, d time.Duration) (Result, Result, error) {
+	for _, r := range []*Run{a, b} {
+		if r.cell.W != 1 || r.cell.Hot > 0 || r.cell.Procs > 0 {
+			return Result{}, Result{}, fmt.Errorf("bench: interleave %s: needs one worker, uncontended, in this process", r.cell.Name())
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, max(a.Timeout, b.Timeout))
+	defer cancel()
+	runs := [2]*Run{a, b}
+	var lat [2][]time.Duration
+	var viol [2]int
+	stop := time.Now().Add(d)
+	for i := 0; time.Now().Before(stop) || len(lat[1]) < len(lat[0]); i++ {
+		side := i % 2
+		res := runs[side].batch(ctx, 0, false)
+		viol[side] += res.violations
+		if res.err == nil && res.violations > 0 {
+			res.err = fmt.Errorf("%w: %d mutual exclusion violations", ErrNotHeld, res.violations)
+		}
+		if res.err != nil {
+			return Result{}, Result{}, fmt.Errorf("bench: interleave %s: %w", runs[side].cell.Name(), res.err)
+		}
+		lat[side] = append(lat[side], res.lat)
+	}
+	var out [2]Result
+	for side, r := range runs {
+		var sum time.Duration
+		for _, l := range lat[side] {
+			sum += l
+		}
+		out[side] = Result{Cell: r.cell, Batches: len(lat[side]), Elapsed: sum, Latency: distOf(lat[side]), Violations: viol[side]}
+	}
+	return out[0], out[1], nil
 }
 
 // ProcessCPU is the CPU time (user+sys) this process has used: the client

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -26,10 +27,11 @@ type pairTarget struct {
 	// targets for waiters across processes): the median of the rounds'
 	// wait p99 and the longest wait of any round.
 	WaitP99, WaitMax time.Duration
-	// Rounds, when set, replaces pairRounds: three for the reference pairs
+	// Rounds, when set, replaces pairRounds: four for the reference pairs
 	// and issue 15's pairs (whose contended cells cost two to three times
-	// an uncontended one, and a process start each), nine at K = 1 on
-	// loopback (k1Rounds).
+	// an uncontended one, and a process start each), ten at K = 1 on
+	// loopback (k1Rounds). Even, so that every round has its other order
+	// (balanced).
 	Rounds int
 	// D is the target time of each cell of a round.
 	D time.Duration
@@ -52,7 +54,7 @@ func pairRounds(cfg config) int {
 	if cfg.short {
 		return 1
 	}
-	return 5
+	return 6
 }
 
 // pairTime is the target time of one cell of a pair.
@@ -118,15 +120,15 @@ var refKs = []int{1000, 100, 1}
 
 // k1Rounds is the rounds of the pairs at K = 1 on loopback, whose single
 // cells are the noisiest of the matrix (targetPairs).
-const k1Rounds = 9
+const k1Rounds = 10
 
-// refRounds is the rounds of a reference pair: three, but at K = 1 on
+// refRounds is the rounds of a reference pair: four, but at K = 1 on
 // loopback as many as its target's, whose ratio it explains.
 func refRounds(r refCell) int {
 	if r.k == 1 && r.rtt == 0 {
 		return k1Rounds
 	}
-	return 3
+	return 4
 }
 
 // refCell is the K and round trip of a reference pair.
@@ -174,7 +176,7 @@ func targetPairs(rows []row) []*pairTarget {
 	out := []*pairTarget{
 		{Label: "K = 1000: slotlock / raw pipeline", A: sl(1000, 0), B: other("raw-pipeline", 1000, 0), Need: 0.9},
 		{Label: "K = 100: slotlock / raw pipeline", A: sl(100, 0), B: other("raw-pipeline", 100, 0), Need: 0.85},
-		// Nine rounds at K = 1 on loopback: a single worker there waits on
+		// Ten rounds at K = 1 on loopback: a single worker there waits on
 		// the wire more than it computes, and its cells' rates swing by a
 		// third from one round to the next on these machines (slotlock /
 		// raw 1.15, 0.84, 0.80, 0.85, 1.10 in one run of five, 2026-11-28),
@@ -187,7 +189,7 @@ func targetPairs(rows []row) []*pairTarget {
 	// against it.
 	for _, r := range refCells() {
 		chk := other(bench.CheckedPipeline, r.k, r.rtt)
-		// Three rounds, not five: references, not targets (cut when issue
+		// Four rounds, not six: references, not targets (cut when issue
 		// 15's pairs came, to stay under 12 minutes).
 		out = append(out,
 			&pairTarget{Label: refLabel("checked pipeline / raw pipeline", r), A: chk, B: other("raw-pipeline", r.k, r.rtt), Ref: true, Rounds: refRounds(r)},
@@ -247,7 +249,7 @@ const (
 func processPairs() []*pairTarget {
 	var out []*pairTarget
 	pair := func(label string, a, b bench.Cell) *pairTarget {
-		return &pairTarget{Label: label, A: a, B: b, Need: xprocNeed, WaitP99: xprocWaitP99, WaitMax: xprocWaitMax, Rounds: 3}
+		return &pairTarget{Label: label, A: a, B: b, Need: xprocNeed, WaitP99: xprocWaitP99, WaitMax: xprocWaitMax, Rounds: 4}
 	}
 	for _, rtt := range bench.ProcRTTs {
 		at := " (RTT " + ms(rtt) + ")"
@@ -278,6 +280,10 @@ func oneProcess(rtt time.Duration) bench.Cell {
 
 func (t *pairTarget) run(ctx context.Context, env *bench.Env, cfg config) {
 	t.D = pairTime(cfg, t.A)
+	if interleaved(t.A) && interleaved(t.B) {
+		t.runInterleaved(ctx, env, cfg)
+		return
+	}
 	for round := range t.rounds(cfg) {
 		order := []bench.Cell{t.A, t.B}
 		if round%2 == 1 {
@@ -303,13 +309,101 @@ func (t *pairTarget) run(ctx context.Context, env *bench.Env, cfg config) {
 	}
 }
 
-// median is the middle ratio (the mean of the middle two for an even
-// count); ok is false when no round completed.
+// interleaved reports whether a pair's cell is measured batch by batch
+// against the other side (bench.Interleave): one worker, uncontended, in
+// this process. Cells of their own, A then B, measured two states of the
+// machine more often than two contenders: in one run's pairs.csv
+// (2026-11-28) the raw pipeline at K = 1 made 5,783 and 9,967 batches/s
+// in consecutive cells, and K = 100's rounds came out 0.87, 0.75, 0.92,
+// 0.79, 0.89 as the order within the round changed (docs/design.md, "The
+// uncontended pairs, batch by batch").
+func interleaved(c bench.Cell) bool { return c.Hot == 0 && c.W == 1 && c.Procs == 0 }
+
+// runInterleaved is run for interleaved cells: each round builds both
+// sides afresh, reads their keys back once (Verify), and runs them batch
+// by batch for twice the pair time (each side's share about the pair
+// time), the side that starts alternating from round to round.
+func (t *pairTarget) runInterleaved(ctx context.Context, env *bench.Env, cfg config) {
+	for round := range t.rounds(cfg) {
+		ra, rb, err := t.interleaveRound(ctx, env, round%2 == 1)
+		t.Rows = append(t.Rows, ra, rb)
+		if err != nil {
+			t.Err = err
+			return
+		}
+		if rb.BatchesPerSec() > 0 {
+			t.Ratios = append(t.Ratios, ra.BatchesPerSec()/rb.BatchesPerSec())
+		}
+	}
+}
+
+// interleaveRound is one round of runInterleaved: A's row and B's.
+func (t *pairTarget) interleaveRound(ctx context.Context, env *bench.Env, bFirst bool) (row, row, error) {
+	ra, rb := row{Result: bench.Result{Cell: t.A}}, row{Result: bench.Result{Cell: t.B}}
+	start := time.Now()
+	fail := func(err error) (row, row, error) {
+		ra.Err, ra.Wall = err, time.Since(start)
+		return ra, rb, err
+	}
+	a, err := env.NewRun(ctx, t.A)
+	if err != nil {
+		return fail(err)
+	}
+	defer a.Close()
+	// NewRun empties the cluster; a holds nothing yet.
+	b, err := env.NewRun(ctx, t.B)
+	if err != nil {
+		return fail(err)
+	}
+	defer b.Close()
+	for _, r := range []*bench.Run{a, b} {
+		if err := r.Verify(ctx, 1); err != nil {
+			return fail(err)
+		}
+	}
+	first, second := a, b
+	if bFirst {
+		first, second = b, a
+	}
+	r1, r2, err := bench.Interleave(ctx, first, second, 2*t.D)
+	if err != nil {
+		return fail(err)
+	}
+	if bFirst {
+		r1, r2 = r2, r1
+	}
+	ra.Result, rb.Result = r1, r2
+	ra.Wall, rb.Wall = time.Since(start), time.Since(start)
+	return ra, rb, nil
+}
+
+// median is the pair's figure: the middle of its balanced ratios (the
+// mean of the middle two for an even count); ok is false when no round
+// completed.
 func (t *pairTarget) median() (float64, bool) {
 	if len(t.Ratios) == 0 {
 		return 0, false
 	}
-	return medianOf(t.Ratios), true
+	return medianOf(balanced(t.Ratios)), true
+}
+
+// balanced takes the rounds' ratios two at a time, one round with A first
+// and the next with B first, and gives each two's geometric mean; a last
+// round without its other order is left out (a single round is its own
+// figure). The order within a round moves the ratio by itself: in one
+// run of the uncontended pairs batch by batch, K = 1's rounds came out
+// 0.82, 0.94, 0.82, 0.93, ... as the side that started changed
+// (docs/design.md, "The uncontended pairs, batch by batch"), so a median
+// of single rounds depended on how many of each order it had.
+func balanced(ratios []float64) []float64 {
+	if len(ratios) < 2 {
+		return ratios
+	}
+	out := make([]float64, 0, len(ratios)/2)
+	for i := 0; i+1 < len(ratios); i += 2 {
+		out = append(out, math.Sqrt(ratios[i]*ratios[i+1]))
+	}
+	return out
 }
 
 // medianOf is the middle value of v (the mean of the middle two for an
@@ -348,9 +442,9 @@ func (t *pairTarget) progress() string {
 	}
 	m, _ := t.median()
 	if t.Ref {
-		return fmt.Sprintf("reference %s: median %.2f× of rounds %s", t.Label, m, t.ratios())
+		return fmt.Sprintf("reference %s: %.2f× (balanced median) of rounds %s", t.Label, m, t.ratios())
 	}
-	return fmt.Sprintf("target %s: median %.2f× of rounds %s (need ≥ %.2f×)", t.Label, m, t.ratios(), t.Need)
+	return fmt.Sprintf("target %s: %.2f× (balanced median) of rounds %s (need ≥ %.2f×)", t.Label, m, t.ratios(), t.Need)
 }
 
 // waits are A's wait p99 in each round it completed and its longest wait

@@ -236,7 +236,7 @@ func markdown(m *machine, rows []row, pairs []*pairTarget, profs map[int]*profil
 
 	p("## Files\n\n")
 	p("- [`benchmarks/results.csv`](benchmarks/results.csv): every cell, every metric (client and server CPU per batch, commands per batch, allocations).\n")
-	p("- [`benchmarks/pairs.csv`](benchmarks/pairs.csv): every round of every paired target and reference, each side's cell with the same metrics, in the order run.\n")
+	p("- [`benchmarks/pairs.csv`](benchmarks/pairs.csv): every round of every paired target and reference, each side's cell with the same metrics, in the order run (an uncontended round, run batch by batch, has no CPU or server figures: the two sides' work is mixed).\n")
 	p("- [`benchmarks/bench.txt`](benchmarks/bench.txt): the cells in `go test -bench` format: `benchstat old.txt new.txt` compares two runs.\n")
 	p("- [`benchmarks/keys-per-second.svg`](benchmarks/keys-per-second.svg): the chart above.\n")
 	for _, k := range profiledKs {

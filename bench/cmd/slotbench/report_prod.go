@@ -56,7 +56,7 @@ func writeTargets(b *strings.Builder, rp report, pairs []*pairTarget, m *machine
 			dU = t.D
 		}
 	}
-	p("*Paired* decides: after the matrix, slotlock and the other side run alternately (A B, B A, A B, ...: each pair's rounds in parentheses, cells of %s, contended %s; W = 1 unless contended) so that a burst of load from other programs hits both sides; the median of the rounds' ratios counts, and where a target also bounds the waits (issue 15's: the median round's wait p99 ≤ %s, every round's longest wait ≤ %s), so do they. ", dU, dH, ms(xprocWaitP99), ms(xprocWaitMax))
+	p("*Paired* decides: after the matrix, slotlock and the other side run alternately, so that whatever the machine does meanwhile falls on both; each pair's rounds are in parentheses, and what counts is the median, over consecutive rounds taken two at a time (one with each side first: the order moves a round's ratio by itself), of their geometric means. Uncontended pairs (W = 1) run batch by batch within each round (A's batch, B's, A's, ... for %s, the side that starts alternating from round to round; each side's batches/s is its batches over the time spent in them), because whole cells one after the other caught the machine in different states more often than they compared the contenders (docs/design.md, \"The uncontended pairs, batch by batch\"); contended pairs run as cells of %s, A B, B A, A B, .... Where a target also bounds the waits (issue 15's: the median round's wait p99 ≤ %s, every round's longest wait ≤ %s), so do they. ", ms(2*dU), ms(dH), ms(xprocWaitP99), ms(xprocWaitMax))
 	p("*Matrix* is the ratio of the two single cells in the tables below.\n\n")
 	p("| target | required | paired: median (rounds) | matrix |\n|---|---:|---:|---:|\n")
 	for _, t := range pairs {
