@@ -68,16 +68,20 @@ func pairTime(cfg config, c bench.Cell) time.Duration {
 // pairsReserve is the time the pairs take, kept free at the end of the
 // matrix.
 //
-// Per cell: an uncontended pair cell takes about its target time plus
-// 0.6 s (testing.B's rounds, the read-back pass), a contended one about
+// Per cell: a contended pair cell takes about
 // twice its target plus 0.5 s: measured at 23afe72 on 2 cores (the 15
 // pairs, the profiles and the report took about 5 of the run's 8
 // minutes). Twice the target plus a second, the estimate before, kept
 // about 3 minutes too many free once the reference pairs came, and the
 // matrix, cut short, skipped its separate-process cells under the
 // default -timeout.
+//
+// An uncontended pair batch by batch takes twice the pair time a round
+// and a few tens of milliseconds to build and verify both sides (58
+// rounds in 78 s at 2 x 667 ms, 2026-11-28): about the pair time plus
+// 50 ms per side; 100 ms is kept.
 func pairsReserve(cfg config) time.Duration {
-	unc := pairTime(cfg, bench.Cell{}) + 600*time.Millisecond
+	unc := pairTime(cfg, bench.Cell{}) + 100*time.Millisecond
 	hot := 2*pairTime(cfg, bench.Cell{Hot: 1}) + 500*time.Millisecond
 	var d time.Duration
 	for _, t := range targetPairs(nil) {
