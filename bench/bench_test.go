@@ -232,9 +232,8 @@ func TestRueidislockStallGuard(t *testing.T) {
 // TestInterleave: two single-worker cells measured batch by batch get the
 // same number of batches each (the one that started never has one more
 // at the end), each side's time is the sum of its own batches only (so
-// the two together fit in the wall time), every lock really held its keys
-// (the exclusion checker ran on each batch), and a cell with more than
-// one worker, or contended, is refused.
+// the two together fit in the wall time), and a cell with more than one
+// worker, or contended, is refused.
 func TestInterleave(t *testing.T) {
 	env := newEnv(t)
 	ctx := context.Background()
@@ -260,7 +259,7 @@ func TestInterleave(t *testing.T) {
 	if ra.Elapsed <= 0 || rb.Elapsed <= 0 || ra.Elapsed+rb.Elapsed > wall {
 		t.Errorf("own times %v + %v, want both > 0 and together within the wall time %v", ra.Elapsed, rb.Elapsed, wall)
 	}
-	if ra.Cell.Contender != "slotlock" || rb.Cell.Contender != "raw-pipeline" || ra.Latency.P50 <= 0 || ra.Violations+rb.Violations != 0 {
+	if ra.Cell.Contender != "slotlock" || rb.Cell.Contender != "raw-pipeline" || ra.Latency.P50 <= 0 || rb.Latency.P50 <= 0 {
 		t.Errorf("results %+v and %+v", ra, rb)
 	}
 	hot, err := env.NewRun(ctx, Cell{Contender: "slotlock", K: 10, W: 4, Hot: 30})

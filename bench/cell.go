@@ -585,7 +585,7 @@ func (r *Run) batch(ctx context.Context, w int, check bool) batchResult {
 // Elapsed is the sum of their latencies, so batches/s is batches over the
 // time spent in them. CPU and server figures are not taken (both sides'
 // work is mixed). A violation or error ends the measurement with an
-// error.
+// error, so a Result it returns has none.
 func Interleave(ctx context.Context, a, b *Run, d time.Duration) (Result, Result, error) {
 	for _, r := range []*Run{a, b} {
 		if r.cell.W != 1 || r.cell.Hot > 0 || r.cell.Procs > 0 {
@@ -596,12 +596,10 @@ func Interleave(ctx context.Context, a, b *Run, d time.Duration) (Result, Result
 	defer cancel()
 	runs := [2]*Run{a, b}
 	var lat [2][]time.Duration
-	var viol [2]int
 	stop := time.Now().Add(d)
 	for i := 0; time.Now().Before(stop) || len(lat[1]) < len(lat[0]); i++ {
 		side := i % 2
 		res := runs[side].batch(ctx, 0, false)
-		viol[side] += res.violations
 		if res.err == nil && res.violations > 0 {
 			res.err = fmt.Errorf("%w: %d mutual exclusion violations", ErrNotHeld, res.violations)
 		}
@@ -616,7 +614,7 @@ func Interleave(ctx context.Context, a, b *Run, d time.Duration) (Result, Result
 		for _, l := range lat[side] {
 			sum += l
 		}
-		out[side] = Result{Cell: r.cell, Batches: len(lat[side]), Elapsed: sum, Latency: distOf(lat[side]), Violations: viol[side]}
+		out[side] = Result{Cell: r.cell, Batches: len(lat[side]), Elapsed: sum, Latency: distOf(lat[side])}
 	}
 	return out[0], out[1], nil
 }
