@@ -42,14 +42,10 @@ type pairTarget struct {
 }
 
 // pairRounds is how many times each pair alternates unless it says
-// otherwise (pairTarget.Rounds). Five, not three: with three the rounds of
-// one pair ranged over 30% on this machine (K = 1: 0.82, 1.10, 0.89 at
-// a4f4b87), and the median of three moved with a single burst of load.
-// (Seven until the round-trip targets more than doubled the pairs; five
-// keeps make bench under 12 minutes. Issue 15's pairs take three: their
-// rounds ranged over 0.52-0.57, 0.82-0.93 and 0.41-0.49 in the run that
-// brought them, far from 0.75 but for 4 × 4 and one Locker per worker at
-// 1 ms, 0.82-0.86 and 0.82-0.93.)
+// otherwise (pairTarget.Rounds). Six: with three the rounds of one pair
+// ranged over 30% on this machine (K = 1: 0.82, 1.10, 0.89 at a4f4b87),
+// and the median of three moved with a single burst of load; even, so
+// that the figure takes every round with its other order (balanced).
 func pairRounds(cfg config) int {
 	if cfg.short {
 		return 1
@@ -229,7 +225,8 @@ func targetPairs(rows []row) []*pairTarget {
 	return out
 }
 
-// Issue 15's targets for waiting across processes: batches/s against one
+// Issue 15's targets for waiting across Lockers (one per worker in this
+// process) and across processes (4 × 4, 16 × 1): batches/s against one
 // Locker, and A's waits.
 const (
 	xprocNeed    = 0.75
@@ -282,35 +279,52 @@ func oneProcess(rtt time.Duration) bench.Cell {
 	panic("slotbench: bench.ProcsSplits has no split of one process")
 }
 
+// run measures the pair's rounds, the side that goes first alternating,
+// and keeps every round's rows (in the order run) and ratio.
 func (t *pairTarget) run(ctx context.Context, env *bench.Env, cfg config) {
 	t.D = pairTime(cfg, t.A)
+	round := t.cellsRound
 	if interleaved(t.A) && interleaved(t.B) {
-		t.runInterleaved(ctx, env, cfg)
-		return
+		round = t.interleaveRound
 	}
-	for round := range t.rounds(cfg) {
-		order := []bench.Cell{t.A, t.B}
-		if round%2 == 1 {
-			order = []bench.Cell{t.B, t.A}
+	for i := range t.rounds(cfg) {
+		ra, rb, err := round(ctx, env, i%2 == 1)
+		order := []row{ra, rb}
+		if i%2 == 1 {
+			order = []row{rb, ra}
 		}
-		var got [2]row
-		for _, c := range order {
-			r := measure(ctx, env, c, t.D, 1)
-			t.Rows = append(t.Rows, r)
-			if r.Err != nil {
-				t.Err = r.Err
-				return
-			}
-			if c == t.A {
-				got[0] = r
-			} else {
-				got[1] = r
+		for _, r := range order {
+			if r.Wall > 0 || r.Err != nil { // a side that did not run is left out
+				t.Rows = append(t.Rows, r)
 			}
 		}
-		if got[1].BatchesPerSec() > 0 {
-			t.Ratios = append(t.Ratios, got[0].BatchesPerSec()/got[1].BatchesPerSec())
+		if err != nil {
+			t.Err = err
+			return
+		}
+		if rb.BatchesPerSec() > 0 {
+			t.Ratios = append(t.Ratios, ra.BatchesPerSec()/rb.BatchesPerSec())
 		}
 	}
+}
+
+// cellsRound is one round of whole cells, A's then B's (B's first with
+// bFirst). A cell that fails ends the round; the one not run yet comes
+// back as its cell's empty row (no Wall, no Err).
+func (t *pairTarget) cellsRound(ctx context.Context, env *bench.Env, bFirst bool) (row, row, error) {
+	measureTo := func(r *row) error {
+		*r = measure(ctx, env, r.Cell, t.D, 1)
+		return r.Err
+	}
+	ra, rb := row{Result: bench.Result{Cell: t.A}}, row{Result: bench.Result{Cell: t.B}}
+	first, second := &ra, &rb
+	if bFirst {
+		first, second = &rb, &ra
+	}
+	if err := measureTo(first); err != nil {
+		return ra, rb, err
+	}
+	return ra, rb, measureTo(second)
 }
 
 // interleaved reports whether a pair's cell is measured batch by batch
@@ -323,25 +337,10 @@ func (t *pairTarget) run(ctx context.Context, env *bench.Env, cfg config) {
 // uncontended pairs, batch by batch").
 func interleaved(c bench.Cell) bool { return c.Hot == 0 && c.W == 1 && c.Procs == 0 }
 
-// runInterleaved is run for interleaved cells: each round builds both
-// sides afresh, reads their keys back once (Verify), and runs them batch
-// by batch for twice the pair time (each side's share about the pair
-// time), the side that starts alternating from round to round.
-func (t *pairTarget) runInterleaved(ctx context.Context, env *bench.Env, cfg config) {
-	for round := range t.rounds(cfg) {
-		ra, rb, err := t.interleaveRound(ctx, env, round%2 == 1)
-		t.Rows = append(t.Rows, ra, rb)
-		if err != nil {
-			t.Err = err
-			return
-		}
-		if rb.BatchesPerSec() > 0 {
-			t.Ratios = append(t.Ratios, ra.BatchesPerSec()/rb.BatchesPerSec())
-		}
-	}
-}
-
-// interleaveRound is one round of runInterleaved: A's row and B's.
+// interleaveRound is one round batch by batch (bench.Interleave): both
+// sides built afresh, their keys read back once (Verify), then run for
+// twice the pair time (each side's share about the pair time), B's batch
+// first with bFirst. A's row and B's; a failure is in A's row.
 func (t *pairTarget) interleaveRound(ctx context.Context, env *bench.Env, bFirst bool) (row, row, error) {
 	ra, rb := row{Result: bench.Result{Cell: t.A}}, row{Result: bench.Result{Cell: t.B}}
 	start := time.Now()

@@ -273,24 +273,30 @@ func pairCell(t *pairTarget) string {
 	if t.Ref {
 		return fmt.Sprintf("**%.2f×** (%s)", m, t.ratios())
 	}
-	v := verdict(t.met())
+	// One verdict for the target, which counts its waits; where it bounds
+	// them, the waits' own say which part failed when it is not met.
+	note := ""
 	if met, ok := t.waitsMet(); ok {
-		// One verdict for the target, which counts its waits; the waits'
-		// own say which part failed when it is not met.
-		w := "waits within bounds"
+		note = "waits within bounds"
 		if !met {
-			w = "waits **over bounds**"
+			note = "waits **over bounds**"
 		}
-		v = strings.TrimSuffix(v, ")") + "; " + w + ")"
 	}
-	return fmt.Sprintf("**%.2f×** (%s) %s", m, t.ratios(), v)
+	return fmt.Sprintf("**%.2f×** (%s) %s", m, t.ratios(), verdictNote(t.met(), note))
 }
 
-func verdict(ok bool) string {
+func verdict(ok bool) string { return verdictNote(ok, "") }
+
+// verdictNote is verdict with a note after it in the parentheses.
+func verdictNote(ok bool, note string) string {
+	v := "**not met**"
 	if ok {
-		return "(met)"
+		v = "met"
 	}
-	return "(**not met**)"
+	if note != "" {
+		v += "; " + note
+	}
+	return "(" + v + ")"
 }
 
 // writeStalls lists the cells in which a contender stalled on a free key

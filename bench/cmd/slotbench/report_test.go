@@ -152,7 +152,7 @@ func TestPairsRunMatrixCells(t *testing.T) {
 		}
 	}
 	if n != 4 {
-		t.Errorf("%d cross-process pairs, want 4 (one Locker per worker at 200 µs and 1 ms, 4 × 4 and 16 × 1 at 1 ms)", n)
+		t.Errorf("%d issue 15 pairs, want 4 (one Locker per worker at 200 µs and 1 ms, 4 × 4 and 16 × 1 at 1 ms)", n)
 	}
 }
 
@@ -184,7 +184,7 @@ func TestWaitsMet(t *testing.T) {
 	}
 }
 
-// TestTargetVerdictCountsWaits: a cross-process target whose ratio is met
+// TestTargetVerdictCountsWaits: an issue 15 target whose ratio is met
 // but whose waits are not is not met, in the paired column and in the
 // matrix column alike; and a failed round's empty waits are not counted.
 func TestTargetVerdictCountsWaits(t *testing.T) {
