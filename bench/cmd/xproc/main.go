@@ -73,8 +73,7 @@ func main() {
 	hot := flag.Int("hot", 200, "keys to draw from")
 	flag.Parse()
 	if *procs > 0 {
-		childLockers = *lockers
-		parent(*procs, *workers, *dur)
+		parent(*procs, *workers, *lockers, *dur)
 		return
 	}
 	if *lockers == 0 {
@@ -154,18 +153,17 @@ func main() {
 	summarize([]report{rep}, *dur)
 }
 
-// parent runs the workers in procs processes of workers/procs each, starts
-// them together once every one has warmed up, and sums their reports.
-var childLockers int
-
-func parent(procs, workers int, dur time.Duration) {
+// parent runs the workers in procs processes of workers/procs each, with
+// lockers Lockers each (at least one), starts them together once every
+// one has warmed up, and sums their reports.
+func parent(procs, workers, lockers int, dur time.Duration) {
 	var args []string
 	flag.Visit(func(f *flag.Flag) {
 		if f.Name != "procs" && f.Name != "w" && f.Name != "lockers" {
 			args = append(args, "-"+f.Name+"="+f.Value.String())
 		}
 	})
-	args = append(args, fmt.Sprintf("-w=%d", workers/procs), fmt.Sprintf("-lockers=%d", max(1, childLockers)))
+	args = append(args, fmt.Sprintf("-w=%d", workers/procs), fmt.Sprintf("-lockers=%d", max(1, lockers)))
 	type proc struct {
 		cmd *exec.Cmd
 		out strings.Builder
