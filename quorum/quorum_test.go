@@ -99,9 +99,10 @@ func TestLateGrantIsGivenBack(t *testing.T) {
 // order).
 func TestMinorityAnsweringIsAnErrorAndLeavesNothing(t *testing.T) {
 	e := privateEnv(t, 3)
+	const ttl = 10 * time.Second
 	ctx := ctxT(t, 60*time.Second)
 	l, err := quorum.New(e.clients, quorum.Options{
-		Options:        slotlock.Options{TTL: 10 * time.Second, Prefix: e.prefix, CleanupTimeout: 3 * time.Second},
+		Options:        slotlock.Options{TTL: ttl, Prefix: e.prefix, CleanupTimeout: 3 * time.Second},
 		AttemptTimeout: 300 * time.Millisecond,
 	})
 	require.NoError(t, err)
@@ -161,14 +162,14 @@ func TestMinorityAnsweringIsAnErrorAndLeavesNothing(t *testing.T) {
 	// c291241, docker backend: all five keys left). Such keys hold a token nobody holds
 	// and must expire by their TTL: each has one, no longer than the TTL,
 	// and they are gone within it.
-	deadline := time.Now().Add(10*time.Second + 2*time.Second)
+	deadline := time.Now().Add(ttl + 2*time.Second)
 	for _, k := range e.keysOn(ctx, 2) {
 		pttl, err := e.d.Node(2).Do(ctx, "PTTL", k).AsInt64()
 		require.NoError(t, err)
 		if pttl == -2 {
 			continue // expired meanwhile
 		}
-		require.True(t, pttl > 0 && pttl <= (10*time.Second).Milliseconds(), "deployment 2: key %q left with PTTL %d ms: it would outlive the TTL", k, pttl)
+		require.True(t, pttl > 0 && pttl <= ttl.Milliseconds(), "deployment 2: key %q left with PTTL %d ms: it would outlive the TTL", k, pttl)
 	}
 	for len(e.keysOn(ctx, 2)) > 0 {
 		require.True(t, time.Now().Before(deadline), "deployment 2: keys left past the TTL: %q", e.keysOn(ctx, 2))
