@@ -262,6 +262,13 @@ func TestInterleave(t *testing.T) {
 	if ra.Cell.Contender != "slotlock" || rb.Cell.Contender != "raw-pipeline" || ra.Latency.P50 <= 0 || rb.Latency.P50 <= 0 {
 		t.Errorf("results %+v and %+v", ra, rb)
 	}
+	// The two cells have the same seed and drew as many batches: without
+	// a sequence of b's own, their next draws would be the same keys.
+	ka, _ := a.samplers[0].next(10)
+	ka = slices.Clone(ka)
+	if kb, _ := b.samplers[0].next(10); slices.Equal(ka, kb) {
+		t.Errorf("both sides draw %v next: the second side takes the keys the first just released", ka)
+	}
 	hot, err := env.NewRun(ctx, Cell{Contender: "slotlock", K: 10, W: 4, Hot: 30})
 	if err != nil {
 		t.Fatal(err)

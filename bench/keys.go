@@ -74,6 +74,7 @@ type sampler struct {
 	offset int
 	stride int
 	size   int // keys in the share
+	seed   uint64
 
 	// seen marks drawn share positions with the current generation, so a
 	// draw needs no map and no clearing.
@@ -86,13 +87,24 @@ type sampler struct {
 
 func newSampler(names *keyTable, seed uint64, offset, stride, size int) *sampler {
 	return &sampler{
-		rng:    rand.New(rand.NewPCG(seed, 0x510710c)),
+		rng:    rand.New(rand.NewPCG(seed, samplerStream)),
+		seed:   seed,
 		names:  names,
 		offset: offset,
 		stride: stride,
 		size:   size,
 		seen:   make([]uint32, size),
 	}
+}
+
+// samplerStream is the PCG stream of every sampler's draws, and
+// otherStream that of the second run of an interleaved pair (reseed).
+const samplerStream, otherStream = 0x510710c, 0x510710d
+
+// reseed makes s draw another sequence of keys from the same share: the
+// one its seed gives on otherStream.
+func (s *sampler) reseed() {
+	s.rng = rand.New(rand.NewPCG(s.seed, otherStream))
 }
 
 // next returns k distinct keys and their numbers (indexes into the
