@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -50,6 +51,30 @@ var modes = []struct {
 	name    string
 	perSlot bool
 }{{"per-node", false}, {"per-slot", true}}
+
+// listen subscribes a client of its own to sharded channel ch until the
+// test ends, as a live Locker listens on its inbox: a release hands a key
+// only to a waiter by reservation someone hears (hand_off asks SPUBLISH),
+// so a test's made-up waiter needs a listener to be handed keys.
+func (e *env) listen(ctx context.Context, ch string) {
+	e.t.Helper()
+	client, err := e.c.Client()
+	require.NoError(e.t, err)
+	sctx, stop := context.WithCancel(ctx)
+	subscribed, done := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hooked := rueidis.WithOnSubscriptionHook(sctx, func(rueidis.PubSubSubscription) { once.Do(func() { close(subscribed) }) })
+	go func() {
+		defer close(done)
+		_ = client.Receive(hooked, client.B().Ssubscribe().Channel(ch).Build(), func(rueidis.PubSubMessage) {})
+	}()
+	e.t.Cleanup(func() { stop(); client.Close(); <-done })
+	select {
+	case <-subscribed:
+	case <-ctx.Done():
+		e.t.Fatalf("no subscription to %s", ch)
+	}
+}
 
 func (e *env) locker(opt slotlock.Options) *slotlock.Locker {
 	e.t.Helper()

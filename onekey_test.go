@@ -205,6 +205,7 @@ func TestOneKeyReleaseOfTheReservedForm(t *testing.T) {
 	set := one("resform")
 	lock := set.Lock[0]
 	inbox := lock[:strings.IndexByte(lock, '}')+1] + "#in:L1" // an inbox on the key's node
+	e.listen(ctx, inbox)                                      // a live Locker's: a release passes over an inbox nobody hears
 	q, qd := set.QueueKeys(0)
 	put := func(v string) {
 		require.NoError(t, e.client.Do(ctx, e.client.B().Set().Key(lock).Value(v).Px(500*time.Millisecond).Build()).Error())

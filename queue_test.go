@@ -355,7 +355,8 @@ func TestYoungerWaiterYieldsToAnOlder(t *testing.T) {
 
 	q, qd := names.QueueKeysInSlot(keys[0], slot.KeySlot(keys[0]))
 	const old = "AAAAAAAAAAAAAAAAAAAAAA"
-	oldInbox := names.InboxInSlot("nobody", slot.KeySlot(keys[0]))
+	oldInbox := names.InboxInSlot("older", slot.KeySlot(keys[0]))
+	e.listen(ctx, oldInbox) // alive (a release would pass over a waiter nobody hears), it never comes
 	now := e.serverMs(ctx, keys[0])
 	b := e.client.B()
 	for _, cmd := range []rueidis.Completed{

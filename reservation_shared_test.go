@@ -315,6 +315,7 @@ func TestPrefixWaiterYieldsWhenItsKeyIsReserved(t *testing.T) {
 	s := slot.KeySlot(b)
 	q, qd := names.QueueKeysInSlot(b, s)
 	entry := "older-waiter " + names.InboxInSlot("older", s)
+	e.listen(ctx, names.InboxInSlot("older", s)) // alive: a release passes over a waiter nobody hears
 	require.NoError(t, e.client.Do(ctx, e.client.B().Zadd().Key(q).ScoreMember().ScoreMember(1, entry).Build()).Error())
 	require.NoError(t, e.client.Do(ctx, e.client.B().Zadd().Key(qd).ScoreMember().ScoreMember(99999999999999, entry).Build()).Error())
 	require.NoError(t, h.Release(ctx)) // hands b to the older waiter, which never comes

@@ -46,6 +46,7 @@ func newReservedRig(t *testing.T, prefix string) *reservedRig {
 		t.Fatal(err)
 	}
 	r.inbox = names.InboxInSlot("L1", r.slot)
+	subscribe(ctx, t, r.n, r.inbox) // a Locker listens there: hand_off passes over an inbox nobody hears
 	return r
 }
 

@@ -276,7 +276,12 @@ func subscribe(ctx context.Context, t *testing.T, n *redistest.Node, ch string) 
 		defer close(done)
 		var once sync.Once
 		hooked := rueidis.WithOnSubscriptionHook(sctx, func(rueidis.PubSubSubscription) { once.Do(func() { close(ready) }) })
-		_ = cl.Receive(hooked, cl.B().Ssubscribe().Channel(ch).Build(), func(m rueidis.PubSubMessage) { out <- m.Message })
+		_ = cl.Receive(hooked, cl.B().Ssubscribe().Channel(ch).Build(), func(m rueidis.PubSubMessage) {
+			select {
+			case out <- m.Message:
+			default: // a test that only listens (hand_off asks whether anyone does) reads none
+			}
+		})
 	}()
 	t.Cleanup(func() { stop(); <-done; cl.Close() })
 	select {
@@ -329,6 +334,70 @@ func TestHandOffCarriesTheEntrySeq(t *testing.T) {
 	s.do(ctx, t, []string{"DEL", s.lock, s.q, s.qd})
 }
 
+// TestHandOffPassesOverAWaiterNobodyHears: a release of a marked key
+// hands it to the waiter by reservation at the head of its line and tells
+// it, and passes it over when nobody listens on its inbox (its Locker is
+// gone): the same call rewrites the key for the next one, until one is
+// heard, and the passed-over entries leave the line. With nobody heard the key is deleted and the
+// line emptied. At most DEAF_SCAN (4) are passed over in one call: the
+// fifth unheard one is handed the key unasked, as before. A waiter in
+// line (its entry its token, woken on the key's channel) is never asked.
+// Mutation checked: hand_off ignoring SPUBLISH's answer (the first case
+// reserves the key for g1).
+func TestHandOffPassesOverAWaiterNobodyHears(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := newSeqNode(ctx, t, "hpo", "k")
+	heard := inboxIn(s.lock, "H")
+	msgs := subscribe(ctx, t, s.n, heard)
+	deaf := func(i int) string { return fmt.Sprintf("g%d/1 %s", i, inboxIn(s.lock, fmt.Sprintf("G%d", i))) }
+	live := "w/3 " + heard
+	for _, tc := range []struct {
+		name  string
+		line  []string // in order (tickets 100, 200, ...)
+		value string   // the key's value after the release
+		left  []string // the line after it
+		msg   bool     // a message on the heard inbox
+	}{
+		{"deaf-then-heard", []string{deaf(1), deaf(2), live, "x/1 " + heard}, "^300:w/3:" + heard + "!", []string{"x/1 " + heard}, true},
+		{"nobody-heard", []string{deaf(1), deaf(2)}, "", nil, false},
+		{"waiter-in-line-first", []string{"t1", live}, "^t1!", []string{live}, false},
+		{"scan-bound", []string{deaf(1), deaf(2), deaf(3), deaf(4), deaf(5), live}, "^500:g5/1:" + inboxIn(s.lock, "G5") + "!", []string{live}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s.do(ctx, t, []string{"DEL", s.lock, s.q, s.qd}, []string{"SET", s.lock, "holder!", "PX", "30000"})
+			for i, m := range tc.line {
+				s.do(ctx, t, []string{"ZADD", s.q, fmt.Sprint(100 * (i + 1)), m}, []string{"ZADD", s.qd, "99999999999999", m})
+			}
+			if err := s.n.Do(ctx, "EVAL", releaseScript.nodeText, "1", s.lock, "holder", "", s.lock).Error(); err != nil {
+				t.Fatal(err)
+			}
+			if v := s.get(ctx); v != tc.value {
+				t.Errorf("value %q, want %q", v, tc.value)
+			}
+			if l := s.line(ctx); !equalStrings(l, tc.left) {
+				t.Errorf("line %q, want %q", l, tc.left)
+			}
+			if n, _ := s.n.Do(ctx, "ZCARD", s.qd).AsInt64(); n != int64(len(tc.left)) {
+				t.Errorf("%d deadlines, want %d (one per entry left)", n, len(tc.left))
+			}
+			select {
+			case m := <-msgs:
+				if !tc.msg {
+					t.Errorf("message %q on the heard inbox, want none", m)
+				} else if want := "h " + s.lock + " w/3"; m != want {
+					t.Errorf("message %q, want %q", m, want)
+				}
+			case <-time.After(200 * time.Millisecond): // a message published in the script is delivered with its reply
+				if tc.msg {
+					t.Error("no message on the heard inbox")
+				}
+			}
+		})
+	}
+	s.do(ctx, t, []string{"DEL", s.lock, s.q, s.qd})
+}
+
 // TestReserveGiveAwayReportsTheNewEntry (case (a) of direct-grant.md 2.4,
 // at script level): key k is w's reservation of call 5, an older waiter
 // o stands in its line; w's r:6 hands k to o and answers code 6, w in
@@ -346,6 +415,7 @@ func TestReserveGiveAwayReportsTheNewEntry(t *testing.T) {
 	const waiter, ticket, older, oticket = "w", "1000", "o", "500"
 	inbox, oinbox := inboxIn(s.lock, "W"), inboxIn(s.lock, "O")
 	yields := subscribe(ctx, t, s.n, inbox)
+	subscribe(ctx, t, s.n, oinbox) // o listens: a hand-off passes over a waiter nobody hears
 	oentry := older + "/1 " + oinbox
 	for _, tc := range []struct {
 		name     string

@@ -9,8 +9,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -341,15 +343,44 @@ func queuedEverywhere(ctx context.Context, client rueidis.Client, names slot.Nam
 	return true
 }
 
+// lineInboxes returns the inboxes named by the entries of waiters by
+// reservation ('token/seq inbox') in the lines of keys.
+func lineInboxes(ctx context.Context, t *testing.T, client rueidis.Client, names slot.Namer, keys []string) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	var out []string
+	for _, k := range keys {
+		q, _ := names.QueueKeysInSlot(k, slot.KeySlot(k))
+		entries, err := client.Do(ctx, client.B().Zrange().Key(q).Min("0").Max("-1").Build()).AsStrSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range entries {
+			if sp := strings.IndexByte(m, ' '); sp >= 0 && !seen[m[sp+1:]] {
+				seen[m[sp+1:]] = true
+				out = append(out, m[sp+1:])
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("no waiter by reservation in the lines")
+	}
+	return out
+}
+
 func TestSeparateProcessesExclusiveWithAKilledWaiter(t *testing.T) {
 	// Four processes hammer 30 keys with batches of 1-5 while a fifth
-	// process waits for keys the test holds and is SIGKILLed there.
-	// Exclusion holds across all of them (holding intervals on one
-	// monotonic clock); the dead waiter stood in the line of every key
-	// (it waits by reservation, holding none), so the test's release
-	// hands each of them to it, and those reservations keep the keys from
-	// a live taker at most lockval.ReserveTTL plus the taker's refresh;
-	// nothing is left behind.
+	// process waits for keys the test holds. Exclusion holds across all
+	// of them (holding intervals on one monotonic clock). The waiter
+	// stands in the line of every key (it waits by reservation, holding
+	// none), and the test's release would hand each of them to it:
+	//   - stopped (SIGSTOP: alive, connected, not running), it is handed
+	//     them, and those reservations keep the keys from a live taker at
+	//     most lockval.ReserveTTL plus the taker's refresh;
+	//   - killed (SIGKILL: its connections closed, nobody listens on its
+	//     inbox), the release passes it over (hand_off asks SPUBLISH) and a
+	//     live taker gets the keys at once.
+	// Nothing is left behind.
 	e := newEnv(t, 3*time.Minute)
 	e.waitReady()
 	client := e.client()
@@ -362,54 +393,94 @@ func TestSeparateProcessesExclusiveWithAKilledWaiter(t *testing.T) {
 			Space: space, KMax: 5, Seed: uint64(i + 1), Hold: 200 * time.Microsecond}))
 	}
 
-	// The waiter to kill: it waits in line for keys the test holds.
 	held := []string{"kw:1", "kw:2", "kw:3", "kw:4", "kw:5", "kw:6"}
 	holder := e.locker(client, slotlock.Options{TTL: 30 * time.Second})
-	h, err := holder.Lock(ctx, held...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	victim := startContender(t, contenderSpec{Addrs: e.c.Addrs(), Prefix: e.prefix, TTL: ttl, Keys: held})
-	deadline := time.Now().Add(20 * time.Second)
-	// Its reserve goes to every node in parallel: kill it once it stands
-	// in all six lines.
-	for !queuedEverywhere(ctx, client, e.names, held) {
-		if time.Now().After(deadline) {
-			t.Fatal("the waiter process never joined every line")
+	taker := e.locker(e.client(), slotlock.Options{TTL: 30 * time.Second})
+	// waitThenRelease holds the keys until a waiter process stands in all
+	// six lines, does what is done to it, releases, and returns how many
+	// keys the release reserved for it and how long a live taker then
+	// waited for all six.
+	waitThenRelease := func(name string, toWaiter func(p *contenderProc, inboxes []string)) (reserved int, blocked time.Duration) {
+		t.Helper()
+		h, err := holder.Lock(ctx, held...)
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(time.Millisecond)
-	}
-	victim.kill()
-	if err := h.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	released := time.Now()
-	reserved := 0
-	for _, k := range held {
-		v, err := client.Do(ctx, client.B().Get().Key(e.names.LockKey(k)).Build()).ToString()
-		if err == nil {
-			if _, ok := lockval.ReservedFor(v); ok {
-				reserved++
+		victim := startContender(t, contenderSpec{Addrs: e.c.Addrs(), Prefix: e.prefix, TTL: ttl, Keys: held})
+		deadline := time.Now().Add(20 * time.Second)
+		// Its reserve goes to every node in parallel: act once it stands
+		// in all six lines.
+		for !queuedEverywhere(ctx, client, e.names, held) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the waiter process never joined every line", name)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		toWaiter(victim, lineInboxes(ctx, t, client, e.names, held))
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		released := time.Now()
+		for _, k := range held {
+			v, err := client.Do(ctx, client.B().Get().Key(e.names.LockKey(k)).Build()).ToString()
+			if err == nil {
+				if _, ok := lockval.ReservedFor(v); ok {
+					reserved++
+				}
 			}
 		}
+		tl, err := taker.Lock(ctx, held...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocked = time.Since(released)
+		if err := tl.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		victim.kill()
+		t.Logf("%s waiter: %d keys reserved for it at the release, a live taker waited %v", name, reserved, blocked)
+		return reserved, blocked
 	}
+
+	reserved, blocked := waitThenRelease("stopped", func(p *contenderProc, _ []string) {
+		if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	})
 	if reserved != len(held) {
-		t.Fatalf("%d keys reserved for the dead waiter, want %d (it waited in every line)", reserved, len(held))
+		t.Errorf("stopped waiter: %d keys reserved for it, want %d (it stood in every line and still listens)", reserved, len(held))
 	}
-	taker := e.locker(e.client(), slotlock.Options{TTL: 30 * time.Second})
-	tl, err := taker.Lock(ctx, held...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	blocked := time.Since(released)
-	t.Logf("a key handed to the killed waiter blocked a live taker for %v", blocked)
 	// A reservation lapses by expiry, which sends no message: the taker,
 	// holding no reservation, sees it at its next refresh.
 	if bound := lockval.ReserveTTL + protocol.QueuedRefresh + 300*time.Millisecond; blocked > bound {
-		t.Errorf("the killed waiter's reservation blocked a taker for %v, bound %v", blocked, bound)
+		t.Errorf("the stopped waiter's reservations blocked a taker for %v, bound %v", blocked, bound)
 	}
-	if err := tl.Release(ctx); err != nil {
-		t.Fatal(err)
+
+	reserved, blocked = waitThenRelease("killed", func(p *contenderProc, inboxes []string) {
+		p.kill()
+		// Redis drops a closed connection's subscriptions when it reads
+		// the close; the release must come after that to be tested.
+		deadline := time.Now().Add(10 * time.Second)
+		for _, in := range inboxes {
+			for {
+				n, err := client.Do(ctx, client.B().PubsubShardnumsub().Channel(in).Build()).ToArray()
+				if err == nil && len(n) == 2 {
+					if c, _ := n[1].AsInt64(); c == 0 {
+						break
+					}
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("killed waiter: its inbox %s still has a subscriber (%v)", in, err)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+	})
+	if reserved != 0 {
+		t.Errorf("killed waiter: %d keys reserved for it, want 0 (nobody listens on its inbox: passed over)", reserved)
+	}
+	if blocked >= lockval.ReserveTTL {
+		t.Errorf("the killed waiter blocked a taker for %v: as long as a reservation's life (%v), want less", blocked, lockval.ReserveTTL)
 	}
 
 	// One of the hammering processes dies too, mid-run (holding or

@@ -271,40 +271,59 @@ end
 
 -- hand_off gives lock key k, which its owner's script has just given up
 -- (or which is free), to the oldest waiter in its queue whose deadline has
--- not passed, or deletes it when there is none. Only the owner's own
--- script calls it on a key that has an owner: no script ever writes over a
--- value naming someone else. The caller has read k's queue keys before its
--- first write. A waiter by reservation (its entry is token '/' seq ' '
--- inbox) is handed a reservation naming its ticket, token/seq and inbox,
--- and woken on its inbox by a message naming token/seq: the seq is the
--- call that created the entry, carried unchanged (whatever precedes the
--- space is copied), so that the waiter can tell this hand-off from one of
--- an older entry of its own (docs/proposals/direct-grant.md, 1.3-1.4); a
--- waiter in line (its entry is its token) on the key's channel.
+-- not passed and who can still hear of it, or deletes it when there is
+-- none. Only the owner's own script calls it on a key that has an owner:
+-- no script ever writes over a value naming someone else (but for the
+-- reservation this same call wrote for a waiter nobody heard, below,
+-- which nobody has seen). The caller has
+-- read k's queue keys before its first write. A waiter by reservation (its
+-- entry is token '/' seq ' ' inbox) is handed a reservation naming its
+-- ticket, token/seq and inbox, and woken on its inbox by a message naming
+-- token/seq: the seq is the call that created the entry, carried unchanged
+-- (whatever precedes the space is copied), so that the waiter can tell
+-- this hand-off from one of an older entry of its own
+-- (docs/proposals/direct-grant.md, 1.3-1.4); a waiter in line (its entry
+-- is its token) on the key's channel.
 -- now is the server's time in ms (now_ms), read once by a caller that
 -- hands off several keys; nil reads it here.
 --
+-- A waiter by reservation is asked whether it still listens: SPUBLISH
+-- answers how many clients of this node heard the hand-off, and its
+-- Locker listens on its inbox for as long as it lives (batch/reserve.go).
+-- When nobody heard, the waiter is gone (killed, its Locker closed) or
+-- cannot hear now (its connection being re-established): it is passed
+-- over, and the key goes to the next one, instead of being kept
+-- RESERVE_MS for a waiter that will not come; a live one joins again at
+-- its next refresh under its old ticket. Each message is published after
+-- the reservation it announces is written (a waiter takes a hand-off
+-- message as evidence that the key is its: docs/proposals/direct-grant.md),
+-- so passing over rewrites the key for the next waiter in the same call.
+-- A publish that fails (no channel rights, an inbox slot this node no
+-- longer serves) says nothing, and the waiter keeps the key, as when
+-- messages are lost. At most DEAF_SCAN waiters are passed over per call;
+-- the one after them keeps the key, heard or not.
+--
 -- It reads the line before it writes it, for leave_queue's reason: of the
--- first #dead + 2 entries of the order at most #dead are dead, so they
--- hold the head (the first live one) and, when others still wait, the one
--- after it. The dead go in one ZREM per key (per thousand), and no command
--- that could meet a key this call's own ZREMs deleted runs unguarded.
+-- first #dead + DEAF_SCAN + 2 entries of the order at most #dead are dead,
+-- so they hold every waiter it may hand the key to and, when others still
+-- wait, the one after them. The dead go in one ZREM per key (per
+-- thousand), and no command that could meet a key this call's own ZREMs
+-- deleted runs unguarded: each waiter's entry is removed while the ones
+-- read after it still keep the queue.
+local DEAF_SCAN = 4
 local function hand_off(k, now)
   local q, qd = queue_keys(k)
   local dead = redis.call('ZRANGE', qd, '-inf', '(' .. string.format('%d', now or now_ms()), 'BYSCORE')
-  local first = redis.call('ZRANGE', q, 0, #dead + 1, 'WITHSCORES')
+  local first = redis.call('ZRANGE', q, 0, #dead + DEAF_SCAN + 1, 'WITHSCORES')
+  local full = #first / 2 == #dead + DEAF_SCAN + 2 -- the order may go on past what was read
   local is_dead = {}
   for _, w in ipairs(dead) do
     is_dead[w] = true
   end
-  local head, score, more
+  local live = {} -- positions in first of the live entries, oldest first
   for j = 1, #first, 2 do
     if not is_dead[first[j]] then
-      if head then
-        more = true
-        break
-      end
-      head, score = first[j], first[j + 1]
+      live[#live + 1] = j
     end
   end
   for i = 1, #dead, 1000 do -- unpack's stack limit is about 8,000
@@ -315,27 +334,30 @@ local function hand_off(k, now)
     redis.pcall('ZREM', q, unpack(dead, i, j))
     redis.call('ZREM', qd, unpack(dead, i, j))
   end
-  if not head then
-    redis.call('DEL', k)
-    -- Deadlines of waiters no longer in the order, if any are left (the
-    -- ZREM above may have deleted the key: pcall, for a migrating slot).
-    redis.pcall('DEL', qd)
-    publish(k, 'r')
-    return
-  end
-  redis.call('ZREM', q, head) -- the head is live: q has it
-  redis.pcall('ZREM', qd, head) -- a head without a deadline may find qd gone
-  local mark = more and '!' or ''
-  local sp = string.find(head, ' ', 1, true)
-  if sp then
+  for c, j in ipairs(live) do
+    local head, score = first[j], first[j + 1]
+    local mark = (c < #live or full) and '!' or ''
+    redis.call('ZREM', q, head) -- a live entry: q has it
+    redis.pcall('ZREM', qd, head) -- a head without a deadline may find qd gone
+    local sp = string.find(head, ' ', 1, true)
+    if not sp then
+      redis.call('SET', k, '^' .. head .. mark, 'PX', RESERVE_MS)
+      publish(k, 'h ' .. head) -- lockval.HandOff
+      return
+    end
     local waiter, inbox = string.sub(head, 1, sp - 1), string.sub(head, sp + 1)
     redis.call('SET', k, '^' .. string.format('%d', tonumber(score)) .. ':' .. waiter .. ':' .. inbox .. mark,
       'PX', RESERVE_MS)
-    publish(inbox, 'h ' .. k .. ' ' .. waiter) -- lockval.HandOff
-    return
+    if redis.pcall('SPUBLISH', inbox, 'h ' .. k .. ' ' .. waiter) ~= 0 or c > DEAF_SCAN then -- lockval.HandOff
+      return
+    end
   end
-  redis.call('SET', k, '^' .. head .. mark, 'PX', RESERVE_MS)
-  publish(k, 'h ' .. head) -- lockval.HandOff
+  -- Nobody (left) in line: the order was read to its end.
+  redis.call('DEL', k)
+  -- Deadlines of waiters no longer in the order, if any are left (the
+  -- ZREMs above may have deleted the key: pcall, for a migrating slot).
+  redis.pcall('DEL', qd)
+  publish(k, 'r')
 end
 
 -- take_free is the acquire scripts' fast path: it takes keys[first..last]
