@@ -398,6 +398,53 @@ func TestHandOffPassesOverAWaiterNobodyHears(t *testing.T) {
 	s.do(ctx, t, []string{"DEL", s.lock, s.q, s.qd})
 }
 
+// TestLeaveGivesBackAHandedKey: a waiter in line that gives up (leave.lua)
+// leaves the key's line, and gives the key back when a release handed it
+// to the waiter just before ('^w', '^w!': the release popped its entry):
+// to the next in line when the key is marked, else deleted. A key held by
+// another keeps its value; a reservation of a waiter by reservation with
+// the same token is not the line's form and is left. Mutation checked:
+// leave.lua without the give-back (the handed keys stay reserved).
+func TestLeaveGivesBackAHandedKey(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := newSeqNode(ctx, t, "lgb", "k")
+	res := "^1000:w/3:" + inboxIn(s.lock, "W")
+	for _, tc := range []struct {
+		name, value string
+		line        []string
+		gave        int64
+		after       string
+		left        []string
+	}{
+		{"handed-marked", "^w!", []string{"x"}, 1, "^x", nil},
+		{"handed", "^w", nil, 1, "", nil},
+		{"held-by-another", "holder!", []string{"w", "x"}, 0, "holder!", []string{"x"}},
+		{"reserved-by-reservation", res, nil, 0, res, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s.do(ctx, t, []string{"DEL", s.lock, s.q, s.qd}, []string{"SET", s.lock, tc.value, "PX", "30000"})
+			for i, m := range tc.line {
+				s.do(ctx, t, []string{"ZADD", s.q, fmt.Sprint(100 * (i + 1)), m}, []string{"ZADD", s.qd, "99999999999999", m})
+			}
+			gave, err := s.n.Do(ctx, "EVAL", shebangSlotOOM+commonLua+leaveBody, "3", s.lock, s.q, s.qd, "w").AsInt64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if gave != tc.gave {
+				t.Errorf("answered %d, want %d", gave, tc.gave)
+			}
+			if v := s.get(ctx); v != tc.after {
+				t.Errorf("value %q, want %q", v, tc.after)
+			}
+			if l := s.line(ctx); !equalStrings(l, tc.left) {
+				t.Errorf("line %q, want %q", l, tc.left)
+			}
+		})
+	}
+	s.do(ctx, t, []string{"DEL", s.lock, s.q, s.qd})
+}
+
 // TestReserveGiveAwayReportsTheNewEntry (case (a) of direct-grant.md 2.4,
 // at script level): key k is w's reservation of call 5, an older waiter
 // o stands in its line; w's r:6 hands k to o and answers code 6, w in

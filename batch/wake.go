@@ -243,7 +243,8 @@ func (w *waker) wait(ctx context.Context, at line, holderTTL time.Duration, atte
 		return context.Cause(ctx)
 	}
 	// A waiter that gives up (its caller cancelled) leaves the line at
-	// once, so that no release hands the key to an acquisition that is
+	// once, and gives back the key if a release handed it over just
+	// before (leave), so that nothing is kept for an acquisition that is
 	// gone; if this cannot reach the node, the entry lapses by its
 	// deadline (lockval.EntryTTL).
 	joined := false
@@ -307,17 +308,17 @@ func (w *waker) wait(ctx context.Context, at line, holderTTL time.Duration, atte
 	}
 }
 
-// leave takes a waiter that gave up out of a key's line (both ZREMs of one
+// leave takes a waiter that gave up out of a key's line, and gives back
+// the key if a release handed it to the waiter meanwhile (leave.lua: one
 // slot, through the cluster client), on a context detached from the
 // caller's and bounded by the request's cleanup timeout, as rollbacks are
-// (a stalled node must not hold the caller beyond it).
+// (a stalled node must not hold the caller beyond it). If it cannot reach
+// the node, the entry lapses by its deadline (lockval.EntryTTL) and a
+// handed key by its expiry (lockval.ReserveTTL).
 func (w *waker) leave(ctx context.Context, at line) {
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), at.cleanup)
 	defer cancel()
-	b := w.client.B()
-	w.client.DoMulti(lctx,
-		b.Zrem().Key(at.queue).Member(at.waiter).Build(),
-		b.Zrem().Key(at.deadlines).Member(at.waiter).Build())
+	_ = leaveScript.Exec(lctx, w.client, []string{at.lock, at.queue, at.deadlines}, []string{at.waiter}).Error()
 }
 
 // waitTimer waits for the timer, a release message (woken) or the end of
