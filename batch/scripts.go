@@ -157,7 +157,8 @@ var (
 	// on. A hand-off to a waiter by reservation publishes to an inbox of
 	// another slot, which this form cannot: that message is lost, and the
 	// waiter sees the key at its next refresh.
-	leaveScript = rueidis.NewLuaScript(shebangSlotOOM + commonLua + leaveBody)
+	leaveScript = rueidis.NewLuaScript(leaveText)
+	leaveText   = shebangSlotOOM + commonLua + leaveBody
 	// The request form's shared keys and permits: shared.lua's helpers
 	// travel after common.lua's, in these three only.
 	sharedAcquireScript = newScript("acquire", sharedLua+sharedAcquireBody, false)

@@ -427,7 +427,7 @@ func TestLeaveGivesBackAHandedKey(t *testing.T) {
 			for i, m := range tc.line {
 				s.do(ctx, t, []string{"ZADD", s.q, fmt.Sprint(100 * (i + 1)), m}, []string{"ZADD", s.qd, "99999999999999", m})
 			}
-			gave, err := s.n.Do(ctx, "EVAL", shebangSlotOOM+commonLua+leaveBody, "3", s.lock, s.q, s.qd, "w").AsInt64()
+			gave, err := s.n.Do(ctx, "EVAL", leaveText, "3", s.lock, s.q, s.qd, "w").AsInt64()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -63,9 +63,11 @@ end
 -- has already written must not fail at its publish (an ACL user without
 -- channel rights, a channel of a slot this node no longer serves), or its
 -- caller would read an error reply for a call whose writes stayed. A lost
--- message costs a waiter its timer, never a lock.
+-- message costs a waiter its timer, never a lock. It returns how many
+-- clients of this node heard it (SPUBLISH's answer; hand_off asks), or
+-- the error table of a publish that failed, which says nothing of them.
 local function publish(ch, msg)
-  redis.pcall('SPUBLISH', ch, msg)
+  return redis.pcall('SPUBLISH', ch, msg)
 end
 
 -- Waiting across processes (docs/design.md, "Waiting in line" and
@@ -348,7 +350,7 @@ local function hand_off(k, now)
     local waiter, inbox = string.sub(head, 1, sp - 1), string.sub(head, sp + 1)
     redis.call('SET', k, '^' .. string.format('%d', tonumber(score)) .. ':' .. waiter .. ':' .. inbox .. mark,
       'PX', RESERVE_MS)
-    if redis.pcall('SPUBLISH', inbox, 'h ' .. k .. ' ' .. waiter) ~= 0 or c > DEAF_SCAN then -- lockval.HandOff
+    if publish(inbox, 'h ' .. k .. ' ' .. waiter) ~= 0 or c > DEAF_SCAN then -- lockval.HandOff
       return
     end
   end

@@ -14,7 +14,7 @@
 local k, waiter = KEYS[1], ARGV[1]
 local v = redis.call('GET', k)
 local lined = read_queue(k) -- before the first write
-if v and string.byte(v, 1) == 94 and not string.find(v, ':', 2, true) and holder_of(string.sub(v, 2)) == waiter then
+if v and reserved_for(v) == waiter and not string.find(v, ':', 2, true) then
   -- The line's form of a hand-off ('^' waiter ['!']; a waiter by
   -- reservation's names its ticket, after a ':'). Its entry went with
   -- the hand-off; a mark says others wait.
