@@ -53,20 +53,26 @@ var modes = []struct {
 }{{"per-node", false}, {"per-slot", true}}
 
 // listen subscribes a client of its own to sharded channel ch until the
-// test ends, as a live Locker listens on its inbox: a release hands a key
-// only to a waiter by reservation someone hears (hand_off asks SPUBLISH),
-// so a test's made-up waiter needs a listener to be handed keys.
-func (e *env) listen(ctx context.Context, ch string) {
+// test ends, as a live Locker listens on its inbox (a release hands a key
+// only to a waiter by reservation someone hears: hand_off asks SPUBLISH),
+// and returns what it hears; messages beyond 16 unread are dropped, for
+// a test that only needs someone listening.
+func (e *env) listen(ctx context.Context, ch string) <-chan string {
 	e.t.Helper()
 	client, err := e.c.Client()
 	require.NoError(e.t, err)
 	sctx, stop := context.WithCancel(ctx)
-	subscribed, done := make(chan struct{}), make(chan struct{})
+	heard, subscribed, done := make(chan string, 16), make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	hooked := rueidis.WithOnSubscriptionHook(sctx, func(rueidis.PubSubSubscription) { once.Do(func() { close(subscribed) }) })
 	go func() {
 		defer close(done)
-		_ = client.Receive(hooked, client.B().Ssubscribe().Channel(ch).Build(), func(rueidis.PubSubMessage) {})
+		_ = client.Receive(hooked, client.B().Ssubscribe().Channel(ch).Build(), func(m rueidis.PubSubMessage) {
+			select {
+			case heard <- m.Message:
+			default:
+			}
+		})
 	}()
 	e.t.Cleanup(func() { stop(); client.Close(); <-done })
 	select {
@@ -74,6 +80,7 @@ func (e *env) listen(ctx context.Context, ch string) {
 	case <-ctx.Done():
 		e.t.Fatalf("no subscription to %s", ch)
 	}
+	return heard
 }
 
 func (e *env) locker(opt slotlock.Options) *slotlock.Locker {

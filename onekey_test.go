@@ -3,7 +3,6 @@ package slotlock_test
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -151,20 +150,7 @@ func TestOneKeyRelease(t *testing.T) {
 	// A marked key: its waiter is told.
 	marked := one("marked")
 	put(marked, 0, "tok-me!")
-	got := make(chan string, 1)
-	subscribed := make(chan struct{})
-	sctx, stop := context.WithCancel(ctx)
-	defer stop()
-	var once sync.Once
-	hooked := rueidis.WithOnSubscriptionHook(sctx, func(rueidis.PubSubSubscription) {
-		once.Do(func() { close(subscribed) })
-	})
-	go func() {
-		_ = e.client.Receive(hooked, e.client.B().Ssubscribe().Channel(marked.Lock[0]).Build(), func(m rueidis.PubSubMessage) {
-			got <- m.Message
-		})
-	}()
-	<-subscribed
+	got := e.listen(ctx, marked.Lock[0])
 	lost, err := releaseOn(eng, ctx, marked, nil, me)
 	require.NoError(t, err)
 	require.Empty(t, lost)

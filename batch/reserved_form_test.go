@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,6 +29,9 @@ type reservedRig struct {
 	names slot.Namer
 	slot  uint16
 	inbox string // a channel of the keys' slot: an inbox on their node
+	// msgs is what a Locker listening on the inbox hears (hand_off passes
+	// over an inbox nobody hears).
+	msgs <-chan string
 }
 
 func newReservedRig(t *testing.T, prefix string) *reservedRig {
@@ -46,7 +48,7 @@ func newReservedRig(t *testing.T, prefix string) *reservedRig {
 		t.Fatal(err)
 	}
 	r.inbox = names.InboxInSlot("L1", r.slot)
-	subscribe(ctx, t, r.n, r.inbox) // a Locker listens there: hand_off passes over an inbox nobody hears
+	r.msgs = subscribe(ctx, t, r.n, r.inbox)
 	return r
 }
 
@@ -189,27 +191,7 @@ func TestReleaseOfTheReservedForm(t *testing.T) {
 	// (the lease's own reported lost and left).
 	r := newReservedRig(t, "rfrel")
 	a, qa, qda := r.lock("a")
-	client, err := r.c.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	msgs := make(chan string, 16)
-	subscribed := make(chan struct{})
-	sctx, stop := context.WithCancel(r.ctx)
-	defer stop()
-	var once sync.Once
-	hooked := rueidis.WithOnSubscriptionHook(sctx, func(rueidis.PubSubSubscription) { once.Do(func() { close(subscribed) }) })
-	go func() {
-		_ = client.Receive(hooked, client.B().Ssubscribe().Channel(r.inbox).Build(), func(m rueidis.PubSubMessage) {
-			msgs <- m.Message
-		})
-	}()
-	select {
-	case <-subscribed:
-	case <-r.ctx.Done():
-		t.Fatal("not subscribed")
-	}
+	msgs := r.msgs
 	release := func(perSlot bool) ([]int64, error) {
 		return r.owner(releaseScript, perSlot, []string{a}, "w", "")
 	}
