@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -356,9 +355,9 @@ func lineInboxes(ctx context.Context, t *testing.T, client rueidis.Client, names
 			t.Fatal(err)
 		}
 		for _, m := range entries {
-			if sp := strings.IndexByte(m, ' '); sp >= 0 && !seen[m[sp+1:]] {
-				seen[m[sp+1:]] = true
-				out = append(out, m[sp+1:])
+			if _, _, inbox := lockval.QueueEntry(m); inbox != "" && !seen[inbox] {
+				seen[inbox] = true
+				out = append(out, inbox)
 			}
 		}
 	}
