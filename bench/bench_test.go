@@ -248,7 +248,7 @@ func TestInterleave(t *testing.T) {
 	}
 	defer b.Close()
 	start := time.Now()
-	ra, rb, err := Interleave(ctx, a, b, 300*time.Millisecond)
+	ra, rb, err := Interleave(ctx, a, b, 300*time.Millisecond, false)
 	wall := time.Since(start)
 	if err != nil {
 		t.Fatal(err)
@@ -274,7 +274,7 @@ func TestInterleave(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer hot.Close()
-	if _, _, err := Interleave(ctx, a, hot, 50*time.Millisecond); err == nil {
+	if _, _, err := Interleave(ctx, a, hot, 50*time.Millisecond, false); err == nil {
 		t.Error("a contended cell of 4 workers was interleaved")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"strings"
@@ -578,32 +579,36 @@ func (r *Run) batch(ctx context.Context, w int, check bool) batchResult {
 }
 
 // Interleave measures two single-worker uncontended runs batch by batch,
-// alternately (a first), until d has passed: a's batch, b's, a's, ... so
-// that whatever the machine does meanwhile (the scheduler placing the
-// client and the Redis master on one core or two, a burst of other
-// programs) falls on both alike. Each Result counts only its own batches:
-// Elapsed is the sum of their latencies, so batches/s is batches over the
-// time spent in them. CPU and server figures are not taken (both sides'
-// work is mixed). A violation or error ends the measurement with an
-// error, so a Result it returns has none.
-func Interleave(ctx context.Context, a, b *Run, d time.Duration) (Result, Result, error) {
+// alternately, until d has passed: a's batch, b's, a's, ... (b's first
+// with bFirst), so that whatever the machine does meanwhile (the
+// scheduler placing the client and the Redis master on one core or two,
+// a burst of other programs) falls on both alike. It returns a's Result
+// and b's. Each counts only its own batches: Elapsed is the sum of their
+// latencies, so batches/s is batches over the time spent in them. CPU and
+// server figures are not taken (both sides' work is mixed). A violation
+// or error ends the measurement with an error, so a Result it returns has
+// none.
+func Interleave(ctx context.Context, a, b *Run, d time.Duration, bFirst bool) (Result, Result, error) {
 	for _, r := range []*Run{a, b} {
 		if r.cell.W != 1 || r.cell.Hot > 0 || r.cell.Procs > 0 {
 			return Result{}, Result{}, fmt.Errorf("bench: interleave %s: needs one worker, uncontended, in this process", r.cell.Name())
 		}
 	}
+	runs := [2]*Run{a, b}
+	if bFirst {
+		runs = [2]*Run{b, a}
+	}
 	// Every run of a cell draws the same keys in the same order (its
 	// seed is the worker and K), so that contenders meet the same keys.
-	// Batch by batch that would make b's batch take the key a's batch
-	// just released, on the node a's batch had just woken: b came out
-	// about 8% faster than a at K = 1 with both sides the same contender
-	// (docs/design.md, "The uncontended pairs, batch by batch"). So b
-	// draws a sequence of its own, and each batch finds its node as
-	// often busy or asleep whichever side it is.
-	b.samplers[0].reseed()
+	// Batch by batch that would make the second side's batch take the key
+	// the first's just released, on the node the first's had just woken:
+	// it came out about 8% faster at K = 1 with both sides the same
+	// contender (docs/design.md, "The uncontended pairs, batch by batch").
+	// So the second draws a sequence of its own, and each batch finds its
+	// node as often busy or asleep whichever side it is.
+	runs[1].samplers[0].reseed()
 	ctx, cancel := context.WithTimeout(ctx, max(a.Timeout, b.Timeout))
 	defer cancel()
-	runs := [2]*Run{a, b}
 	var lat [2][]time.Duration
 	stop := time.Now().Add(d)
 	for i := 0; time.Now().Before(stop) || len(lat[1]) < len(lat[0]); i++ {
@@ -625,7 +630,29 @@ func Interleave(ctx context.Context, a, b *Run, d time.Duration) (Result, Result
 		}
 		out[side] = Result{Cell: r.cell, Batches: len(lat[side]), Elapsed: sum, Latency: distOf(lat[side])}
 	}
+	if bFirst {
+		return out[1], out[0], nil
+	}
 	return out[0], out[1], nil
+}
+
+// Balanced takes a pair's rounds' ratios (A's batches/s over B's) two at
+// a time, one round with A first and the next with B first, and gives
+// each two's geometric mean; a last round without its other order is left
+// out (a single round is its own figure). Whatever the order within a
+// round does to its ratio then cancels: before each side of an
+// interleaved round drew keys of its own, K = 1's rounds came out 0.82,
+// 0.94, 0.82, 0.93, ... as the side that started changed (docs/design.md,
+// "The uncontended pairs, batch by batch").
+func Balanced(ratios []float64) []float64 {
+	if len(ratios) < 2 {
+		return ratios
+	}
+	out := make([]float64, 0, len(ratios)/2)
+	for i := 0; i+1 < len(ratios); i += 2 {
+		out = append(out, math.Sqrt(ratios[i]*ratios[i+1]))
+	}
+	return out
 }
 
 // ProcessCPU is the CPU time (user+sys) this process has used: the client

@@ -19,7 +19,6 @@ import (
 	"flag"
 	"fmt"
 	"log"
-	"math"
 	"strings"
 	"time"
 
@@ -59,16 +58,14 @@ func main() {
 				log.Fatal(err)
 			}
 		}
-		first, second, starts := ra, rb, "a"
-		if r%2 == 1 {
-			first, second, starts = rb, ra, "b"
-		}
-		x, y, err := bench.Interleave(ctx, first, second, 2*(*d))
+		bFirst := r%2 == 1
+		x, y, err := bench.Interleave(ctx, ra, rb, 2*(*d), bFirst)
 		if err != nil {
 			log.Fatal(err)
 		}
-		if r%2 == 1 {
-			x, y = y, x
+		starts := "a"
+		if bFirst {
+			starts = "b"
 		}
 		_ = ra.Close()
 		_ = rb.Close()
@@ -77,8 +74,8 @@ func main() {
 		fmt.Printf("round %d, %s first: a %.0f batches/s, b %.0f, a/b %.3f\n", r+1, starts, x.BatchesPerSec(), y.BatchesPerSec(), ratio)
 	}
 	fmt.Print("balanced:")
-	for i := 0; i+1 < len(ratios); i += 2 {
-		fmt.Printf(" %.3f", math.Sqrt(ratios[i]*ratios[i+1]))
+	for _, b := range bench.Balanced(ratios) {
+		fmt.Printf(" %.3f", b)
 	}
 	fmt.Println()
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -364,16 +363,9 @@ func (t *pairTarget) interleaveRound(ctx context.Context, env *bench.Env, bFirst
 			return fail(err)
 		}
 	}
-	first, second := a, b
-	if bFirst {
-		first, second = b, a
-	}
-	r1, r2, err := bench.Interleave(ctx, first, second, 2*t.D)
+	r1, r2, err := bench.Interleave(ctx, a, b, 2*t.D, bFirst)
 	if err != nil {
 		return fail(err)
-	}
-	if bFirst {
-		r1, r2 = r2, r1
 	}
 	ra.Result, rb.Result = r1, r2
 	ra.Wall, rb.Wall = time.Since(start), time.Since(start)
@@ -387,26 +379,7 @@ func (t *pairTarget) median() (float64, bool) {
 	if len(t.Ratios) == 0 {
 		return 0, false
 	}
-	return medianOf(balanced(t.Ratios)), true
-}
-
-// balanced takes the rounds' ratios two at a time, one round with A first
-// and the next with B first, and gives each two's geometric mean; a last
-// round without its other order is left out (a single round is its own
-// figure). The order within a round moves the ratio by itself: in one
-// run of the uncontended pairs batch by batch, K = 1's rounds came out
-// 0.82, 0.94, 0.82, 0.93, ... as the side that started changed
-// (docs/design.md, "The uncontended pairs, batch by batch"), so a median
-// of single rounds depended on how many of each order it had.
-func balanced(ratios []float64) []float64 {
-	if len(ratios) < 2 {
-		return ratios
-	}
-	out := make([]float64, 0, len(ratios)/2)
-	for i := 0; i+1 < len(ratios); i += 2 {
-		out = append(out, math.Sqrt(ratios[i]*ratios[i+1]))
-	}
-	return out
+	return medianOf(bench.Balanced(t.Ratios)), true
 }
 
 // medianOf is the middle value of v (the mean of the middle two for an
