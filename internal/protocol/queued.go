@@ -151,13 +151,13 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 	// round whose queue entry they popped. Rounds are numbered in the
 	// order they are sent, one at a time (lockval.MaxSeq is out of reach).
 	ws := newWaitState(n)
-	// direct: the lease may be granted with its keys in reserved form
-	// (docs/proposals/direct-grant.md, 2.6). A fenced lease draws its
-	// tokens in the confirm, and a lease with MinReplicas waits for the
-	// replicas of the confirm's own writes: a reservation written by a
-	// releaser's script is on the releaser's connection, which no WAIT of
-	// this waiter covers.
-	direct := !r.Fencing && r.MinReplicas == 0
+	// A waiter is never granted with its keys in reserved form: a
+	// reservation lives lockval.ReserveTTL, and a lease must hold every
+	// key for its own TTL from the request that granted it, so that a
+	// holder paused for less than its TTL never finds its keys granted to
+	// another (TestAPausedGranteeKeepsItsKeys). The confirm writes them
+	// as holds with the lease's TTL.
+	const direct = false
 	leave := func(cause error) (Grant, error) {
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.CleanupTimeout)
 		defer cancel()
