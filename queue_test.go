@@ -481,13 +481,12 @@ func TestPrefixWaiterGivesBackItsPrefixBeforeAReservation(t *testing.T) {
 func TestConfirmKeepsTheMarkWhileOthersWait(t *testing.T) {
 	// Two waiters by reservation stand in line for keys the test holds.
 	// The release hands every key to the older, marked (the younger still
-	// waits). Fenced, the older is granted by its confirm, which takes the
-	// keys from the reservation's mark alone (acquire.lua mode 'c' reads
-	// no queue for a key reserved for it), so its grant must stay marked,
-	// or its release would delete the keys and the younger would wait for
-	// its refresh. Granted directly, its keys stay the marked reservations
-	// until its conversion, which keeps the mark (extend.lua). Either way
-	// the younger's grant, with nobody left in line, is unmarked.
+	// waits). The older is granted by its confirm (fenced or not), which
+	// takes the keys from the reservation's mark alone (acquire.lua mode
+	// 'c' reads no queue for a key reserved for it), so its grant must
+	// stay marked, or its release would delete the keys and the younger
+	// would wait for its refresh. The younger's grant, with nobody left in
+	// line, is unmarked.
 	for _, fenced := range []bool{true, false} {
 		t.Run(fmt.Sprintf("fenced=%v", fenced), func(t *testing.T) {
 			e := newEnv(t)
@@ -521,17 +520,16 @@ func TestConfirmKeepsTheMarkWhileOthersWait(t *testing.T) {
 			require.NoError(t, h.Release(ctx))
 			older := <-leases[0]
 			require.NotNil(t, older)
-			require.Equal(t, !fenced, older.DirectGrant())
 			for _, k := range keys {
 				v := e.lockValue(ctx, k)
-				require.True(t, lockval.HeldBy(v, older.Token()) && lockval.Marked(v), "key %s: %q, want the older's grant, marked", k, v)
+				require.True(t, lockval.Holder(v) == older.Token() && lockval.Marked(v), "key %s: %q, want the older's grant, marked", k, v)
 			}
 			require.NoError(t, older.Release(ctx))
 			younger := <-leases[1]
 			require.NotNil(t, younger)
 			for _, k := range keys {
 				v := e.lockValue(ctx, k)
-				require.True(t, lockval.HeldBy(v, younger.Token()) && !lockval.Marked(v), "key %s: %q: nobody waits, the grant is unmarked", k, v)
+				require.True(t, lockval.Holder(v) == younger.Token() && !lockval.Marked(v), "key %s: %q: nobody waits, the grant is unmarked", k, v)
 				require.EqualValues(t, 0, e.queueLen(ctx, k))
 			}
 			require.NoError(t, younger.Release(ctx))

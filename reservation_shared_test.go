@@ -138,7 +138,7 @@ func TestReservationWaiterMeetsSharedKey(t *testing.T) {
 			case <-ctx.Done():
 				t.Fatal("W was not granted after the last reader left")
 			}
-			// Held, or its reservations until its conversion (a direct grant).
+			// Held: a lease holds its keys from its grant.
 			require.True(t, lockval.HeldBy(e.lockValue(ctx, k), res.Waiter), "W holds k")
 			require.True(t, lockval.HeldBy(e.lockValue(ctx, a), res.Waiter), "W holds a")
 			require.Empty(t, e.lineMembers(ctx, k), "W left k's line")

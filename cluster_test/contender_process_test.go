@@ -46,12 +46,6 @@ type contenderSpec struct {
 	// Release: with Keys, hold them for Hold, release them and report
 	// the interval ("held"), then wait to be stopped.
 	Release bool
-	// Freeze: with Keys, freezeAfter after Lock returned nothing more of
-	// this Locker reaches Redis (every connection of its client refuses
-	// to write: frozenDialer), as if the process had died there: no
-	// conversion of a direct grant, no renewal, no release. The process
-	// reports "granted" and waits to be killed.
-	Freeze bool
 	// MsgDelay: every pub/sub message reaches the Locker a random 0 to
 	// MsgDelay late (delayingClient), in any order: hand-offs arrive
 	// after their reservation lapsed and the waiter joined again.
@@ -77,24 +71,7 @@ type contenderEvent struct {
 	Err      string
 	// Call: Lock was called; Ret: Release returned.
 	Call, Ret int64
-	// Direct: the lease was granted directly (docs/proposals/
-	// direct-grant.md): its Deadline, right after Lock returned, was
-	// within lockval.ReserveTTL, the reservations' lower-bound expiry;
-	// a lease granted by an attempt (a confirm, the fast path) has a
-	// Deadline a TTL after the send, and every contender's TTL is
-	// seconds.
-	Direct bool
-	// Reserved (with Keys): how many of the keys, read right after the
-	// grant, were still in reserved form for this lease: the server's
-	// own word that the grant was direct.
-	Reserved int
-	How      string // with History: "released" or "lost"
-}
-
-// grantedDirectly reports whether le, just returned by Lock, was granted
-// directly (see contenderEvent.Direct).
-func grantedDirectly(le *slotlock.Lease) bool {
-	return time.Until(le.Deadline()) <= lockval.ReserveTTL
+	How       string // with History: "released" or "lost"
 }
 
 func TestContenderProcess(t *testing.T) {
@@ -115,12 +92,7 @@ func TestContenderProcess(t *testing.T) {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		close(stop)
 	}()
-	opt := rueidis.ClientOption{InitAddress: spec.Addrs}
-	var fz frozenDialer
-	if spec.Freeze {
-		opt.DialCtxFn = fz.dial
-	}
-	raw, err := rueidis.NewClient(opt)
+	raw, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: spec.Addrs})
 	if err != nil {
 		emit(contenderEvent{Event: "error", Err: err.Error()})
 		os.Exit(2)
@@ -136,45 +108,14 @@ func TestContenderProcess(t *testing.T) {
 	}
 	ctx := context.Background()
 	if len(spec.Keys) > 0 {
-		// probe reads the keys after the grant: the Locker's own client,
-		// or one of its own when that one is frozen.
-		probe := rueidis.Client(raw)
-		if spec.Freeze {
-			if probe, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: spec.Addrs}); err != nil {
-				emit(contenderEvent{Event: "error", Err: err.Error()})
-				os.Exit(2)
-			}
-		}
-		names, err := slot.NewNamer(spec.Prefix)
-		if err != nil {
-			emit(contenderEvent{Event: "error", Err: err.Error()})
-			os.Exit(2)
-		}
 		call := sysMonotonic()
 		lease, err := l.Lock(ctx, spec.Keys...)
 		if err != nil {
 			emit(contenderEvent{Event: "error", Err: err.Error()})
 			os.Exit(2)
 		}
-		if spec.Freeze {
-			// The conversion of a direct grant is due ReserveTTL/4
-			// (125 ms) after it, or ReserveTTL/4 before its deadline if
-			// that comes first (the waiting test makes its evidence
-			// fresh: it comes later). Not at once: a lease that sends
-			// its conversion at the grant, in the background, is what
-			// the test must see fail.
-			time.AfterFunc(freezeAfter, fz.freeze)
-		}
 		from := sysMonotonic()
-		direct := grantedDirectly(lease)
-		reserved := 0
-		for _, k := range spec.Keys {
-			v, err := probe.Do(ctx, probe.B().Get().Key(names.LockKey(k)).Build()).ToString()
-			if w, ok := lockval.ReservedFor(v); err == nil && ok && w == lease.Token() {
-				reserved++
-			}
-		}
-		emit(contenderEvent{Event: "granted", Token: lease.Token(), Keys: spec.Keys, From: from, Call: call, Direct: direct, Reserved: reserved})
+		emit(contenderEvent{Event: "granted", Token: lease.Token(), Keys: spec.Keys, From: from, Call: call})
 		if spec.Release {
 			time.Sleep(spec.Hold)
 			to := sysMonotonic()
@@ -182,7 +123,7 @@ func TestContenderProcess(t *testing.T) {
 				emit(contenderEvent{Event: "error", Err: err.Error()})
 				os.Exit(2)
 			}
-			emit(contenderEvent{Event: "held", Token: lease.Token(), Keys: lease.Keys(), From: from, To: to, Call: call, Direct: direct, Reserved: reserved})
+			emit(contenderEvent{Event: "held", Token: lease.Token(), Keys: lease.Keys(), From: from, To: to, Call: call})
 		}
 		<-stop
 		os.Exit(0)
@@ -208,7 +149,6 @@ func TestContenderProcess(t *testing.T) {
 		}
 		from := sysMonotonic()
 		wait := time.Since(start)
-		direct := grantedDirectly(lease)
 		var doneAt atomic.Int64 // when the holder saw the lease end (a loss), on sysMonotonic
 		if spec.History {
 			go func() { <-lease.Done(); doneAt.Store(sysMonotonic()) }()
@@ -235,7 +175,7 @@ func TestContenderProcess(t *testing.T) {
 		}
 		to = min(to, until)
 		emit(contenderEvent{Event: "held", Token: lease.Token(), Keys: lease.Keys(), From: from, To: to, Wait: int64(wait),
-			Call: call, Ret: ret, Direct: direct, How: how})
+			Call: call, Ret: ret, How: how})
 	}
 }
 

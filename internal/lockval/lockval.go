@@ -182,16 +182,11 @@ func ParseHandOff(field string) (waiter string, seq int64) {
 }
 
 // HeldBy reports whether v belongs to the plain lease or owner holder: a
-// held value of holder (any fence, marked or not), or a reservation naming
-// holder (a lease granted directly still holds its keys in that form;
-// is_mine in reentrant/hold.lua). Shared values and reservations of
-// other tokens are not.
+// held value of holder (any fence, marked or not), as is_mine in
+// reentrant/hold.lua reads it. Shared values and reservations are not,
+// even a reservation naming holder: a lease holds its keys from its grant.
 func HeldBy(v, holder string) bool {
-	if Holder(v) == holder {
-		return true
-	}
-	w, ok := ReservedFor(v)
-	return ok && w == holder
+	return v != "" && v[0] != '^' && v[0] != '~' && Holder(v) == holder
 }
 
 // Holder returns the holder part of v (holder_of in common.lua).

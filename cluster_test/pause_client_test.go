@@ -1,12 +1,8 @@
 package clustertest
 
 import (
-	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
-	"net"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -14,51 +10,6 @@ import (
 	"github.com/slotlock/slotlock"
 	"github.com/slotlock/slotlock/internal/lockval"
 )
-
-// The direct grant (docs/proposals/direct-grant.md) across OS processes:
-// its section 6.6. The hooks the contender process uses for it are test
-// code around the client it hands the library, not hooks in the library:
-// here a dialer whose connections stop writing (a process that died at
-// that moment, for the library's purposes).
-
-// freezeAfter is how long after its grant a contender with Freeze stops
-// reaching Redis: a fifth of the earliest its conversion is due
-// (ReserveTTL/4) when its evidence is fresh.
-const freezeAfter = lockval.ReserveTTL / 20
-
-// errFrozen is what a frozen connection answers every write with.
-var errFrozen = errors.New("frozen: this process is dead to Redis")
-
-// frozenDialer dials connections that write normally until freeze, and
-// never after: a write is refused (rueidis then drops the connection and
-// dials again, which is refused too). Reads go on, so a reply already on
-// its way is still taken in; nothing sent after freeze reaches Redis.
-type frozenDialer struct{ frozen atomic.Bool }
-
-func (f *frozenDialer) freeze() { f.frozen.Store(true) }
-
-func (f *frozenDialer) dial(ctx context.Context, dst string, d *net.Dialer, cfg *tls.Config) (net.Conn, error) {
-	if f.frozen.Load() {
-		return nil, errFrozen
-	}
-	c, err := d.DialContext(ctx, "tcp", dst)
-	if err != nil {
-		return nil, err
-	}
-	return &frozenConn{Conn: c, f: f}, nil
-}
-
-type frozenConn struct {
-	net.Conn
-	f *frozenDialer
-}
-
-func (c *frozenConn) Write(b []byte) (int, error) {
-	if c.f.frozen.Load() {
-		return 0, errFrozen
-	}
-	return c.Conn.Write(b)
-}
 
 func TestAPausedGranteeKeepsItsKeys(t *testing.T) {
 	// A waiter process stands in the line of six keys (over three nodes)
