@@ -186,7 +186,19 @@ func (le *Lease) Done() <-chan struct{} { return le.done }
 
 // Err returns nil while the lease is alive, ErrReleased after Release, or a
 // *LostError (errors.Is ErrLeaseLost and ErrNotHeld) naming the lost keys.
+// It reads the clock: once the Deadline has passed without a renewal
+// (the process was paused longer than the TTL, say), the lease ends as
+// lost in this call, and its contexts are cancelled before it returns,
+// whether or not the watchdog has run since. Guard and Extend check it
+// first.
 func (le *Lease) Err() error {
+	le.mu.Lock()
+	cause, ended, deadline := le.cause, le.ended, le.deadline
+	le.mu.Unlock()
+	if ended || deadline.IsZero() || time.Now().Before(deadline) {
+		return cause
+	}
+	le.expire()
 	le.mu.Lock()
 	defer le.mu.Unlock()
 	return le.cause

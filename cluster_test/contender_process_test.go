@@ -53,6 +53,15 @@ type contenderSpec struct {
 	// CallDelay: one call in four of the Locker's waits a random 0 to
 	// CallDelay before it is sent (delayingClient).
 	CallDelay time.Duration
+	// Fencing: the Locker hands out fencing tokens (Options.Fencing).
+	Fencing bool
+	// Resumed: with Keys, after the grant the process looks at its lease
+	// every millisecond; at the first look after a gap of more than
+	// 300 ms in its own clock (it was stopped), it reports what it saw
+	// ("resumed") and tries a guarded write of GuardKey, then waits to
+	// be stopped.
+	Resumed  bool
+	GuardKey string
 	// History: in the loop, a lease whose Release reports keys lost is
 	// reported ("held", How "lost") and the loop goes on, for the
 	// history checker to judge; without it that ends the process as an
@@ -63,7 +72,7 @@ type contenderSpec struct {
 // contenderEvent is one line of a contender's stdout; times are
 // sysMonotonic readings.
 type contenderEvent struct {
-	Event    string // "granted" (Keys), "held" (an interval), "error"
+	Event    string // "granted" (Keys), "held" (an interval), "resumed" (Resumed), "error"
 	Token    string
 	Keys     []string
 	From, To int64 // Lock returned .. Release called (or Done seen, if earlier)
@@ -72,6 +81,12 @@ type contenderEvent struct {
 	// Call: Lock was called; Ret: Release returned.
 	Call, Ret int64
 	How       string // with History: "released" or "lost"
+	// Fence: with Fencing, the fencing token of the first key's grant.
+	Fence int64
+	// With Resumed, what the holder saw at its first look after its
+	// pause: Lease.Err, the lease context's Err, and a guarded write's
+	// error ("" for nil).
+	LeaseErr, CtxErr, GuardErr string
 }
 
 func TestContenderProcess(t *testing.T) {
@@ -101,7 +116,7 @@ func TestContenderProcess(t *testing.T) {
 	if spec.MsgDelay > 0 || spec.CallDelay > 0 {
 		client = newDelayingClient(raw, spec.MsgDelay, spec.CallDelay, spec.Seed)
 	}
-	l, err := slotlock.New(client, slotlock.Options{TTL: spec.TTL, Prefix: spec.Prefix})
+	l, err := slotlock.New(client, slotlock.Options{TTL: spec.TTL, Prefix: spec.Prefix, Fencing: spec.Fencing})
 	if err != nil {
 		emit(contenderEvent{Event: "error", Err: err.Error()})
 		os.Exit(2)
@@ -115,7 +130,30 @@ func TestContenderProcess(t *testing.T) {
 			os.Exit(2)
 		}
 		from := sysMonotonic()
-		emit(contenderEvent{Event: "granted", Token: lease.Token(), Keys: spec.Keys, From: from, Call: call})
+		fence, _ := lease.FencingToken(spec.Keys[0])
+		emit(contenderEvent{Event: "granted", Token: lease.Token(), Keys: spec.Keys, From: from, Call: call, Fence: fence})
+		if spec.Resumed {
+			lctx, cancel := lease.Context(ctx)
+			defer cancel()
+			errText := func(err error) string {
+				if err == nil {
+					return ""
+				}
+				return err.Error()
+			}
+			for last := sysMonotonic(); ; {
+				time.Sleep(time.Millisecond)
+				if now := sysMonotonic(); time.Duration(now-last) < 300*time.Millisecond {
+					last = now
+					continue
+				}
+				ev := contenderEvent{Event: "resumed", Token: lease.Token(), LeaseErr: errText(lease.Err()), CtxErr: errText(context.Cause(lctx))}
+				_, gerr := lease.Guard(ctx, []string{spec.GuardKey}, "SET", spec.GuardKey, "stale")
+				ev.GuardErr = errText(gerr)
+				emit(ev)
+				break
+			}
+		}
 		if spec.Release {
 			time.Sleep(spec.Hold)
 			to := sysMonotonic()

@@ -1,8 +1,10 @@
 package clustertest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -106,5 +108,90 @@ func TestAPausedGranteeKeepsItsKeys(t *testing.T) {
 		t.Errorf("the taker got the keys before the grantee released them")
 	}
 	grantee.kill()
+	e.requireUnlocked(2*lockval.EntryTTL + time.Second)
+}
+
+func TestAHolderPausedPastItsTTL(t *testing.T) {
+	// A holder process (TTL 1 s, fenced) is SIGSTOPped for three TTLs
+	// right after its grant; meanwhile a taker gets the keys, with larger
+	// fencing tokens (a store that keeps the largest token refuses the
+	// paused holder's writes). When the holder resumes, its first look
+	// at its lease, a millisecond after it runs again, already finds it
+	// ended as lost: Lease.Err names the lost keys, the lease's context
+	// is cancelled with that cause, and a guarded write is refused. The
+	// taker still holds the keys. Mutation: Lease.Err without its clock
+	// check (the watchdog has not run yet at the first look; fails).
+	e := newEnv(t, 2*time.Minute)
+	e.waitReady()
+	ctx := e.ctx
+	keys := []string{"pp:1", "{pp:1}x", "pp:2", "pp:3"}
+	const ttl = time.Second
+	events := make(chan contenderEvent, 4)
+	holder := startChild(t, "TestContenderProcess", "contender", envContenderSpec,
+		contenderSpec{Addrs: e.c.Addrs(), Prefix: e.prefix, TTL: ttl, Keys: keys, Fencing: true, Resumed: true, GuardKey: "{pp:1}data"},
+		contenderLine, func(line string) {
+			var ev contenderEvent
+			if err := json.Unmarshal([]byte(line), &ev); err == nil {
+				events <- ev
+			}
+		}, func() {})
+	next := func(want string) contenderEvent {
+		t.Helper()
+		select {
+		case ev := <-events:
+			if ev.Event != want {
+				t.Fatalf("the holder process reported %q (%s), want %q", ev.Event, ev.Err, want)
+			}
+			return ev
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the holder process did not report %q within 30 s", want)
+		}
+		panic("unreachable")
+	}
+	granted := next("granted")
+	if err := holder.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	taker := e.locker(e.client(), slotlock.Options{TTL: 30 * time.Second, Fencing: true})
+	tctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	tl, err := taker.Lock(tctx, keys...)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, _ := tl.FencingToken(keys[0]); f <= granted.Fence {
+		t.Errorf("the taker's fence %d is not above the paused holder's %d", f, granted.Fence)
+	}
+	if d := time.Until(stopped.Add(3 * ttl)); d > 0 {
+		time.Sleep(d) // the pause's length, not an ordering
+	}
+	if err := holder.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	ev := next("resumed")
+	if !strings.Contains(ev.LeaseErr, "no longer held") {
+		t.Errorf("Lease.Err at the first look after the pause: %q, want the lease lost", ev.LeaseErr)
+	}
+	if ev.CtxErr == "" || ev.CtxErr != ev.LeaseErr {
+		t.Errorf("the lease context's cause at the first look: %q, want Lease.Err's (%q)", ev.CtxErr, ev.LeaseErr)
+	}
+	if ev.GuardErr == "" {
+		t.Error("a guarded write after the pause was not refused")
+	}
+	client := e.client()
+	for _, k := range keys {
+		v, err := client.Do(ctx, client.B().Get().Key(e.names.LockKey(k)).Build()).ToString()
+		if err != nil || lockval.Holder(v) != tl.Token() {
+			t.Errorf("key %s after the holder resumed: %q %v, want the taker's", k, v, err)
+		}
+	}
+	if n, err := client.Do(ctx, client.B().Exists().Key("{pp:1}data").Build()).AsInt64(); err != nil || n != 0 {
+		t.Errorf("the paused holder's guarded write landed (%d, %v)", n, err)
+	}
+	if err := tl.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	holder.kill()
 	e.requireUnlocked(2*lockval.EntryTTL + time.Second)
 }
