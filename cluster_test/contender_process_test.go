@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,17 @@ type contenderSpec struct {
 	CallDelay time.Duration
 	// Fencing: the Locker hands out fencing tokens (Options.Fencing).
 	Fencing bool
+	// Kind, in the loop: "" plain leases (Lock); "reentrant": Lock under
+	// an owner (WithOwner) of the process's own; "request": Locker.Acquire
+	// requests with shared keys, sometimes an exclusive one and permits
+	// (workload.request's mix).
+	Kind string
+	// Workers: how many goroutines run the loop (0: one), each with its
+	// own random batches (and, with Kind "reentrant", its own owner).
+	Workers int
+	// Announce: in the loop, report "granted" the moment Lock returns
+	// (the parent may stop the process then, while it holds).
+	Announce bool
 	// Resumed: with Keys, after the grant the process looks at its lease
 	// every millisecond; at the first look after a gap of more than
 	// 300 ms in its own clock (it was stopped), it reports what it saw
@@ -72,7 +84,7 @@ type contenderSpec struct {
 // contenderEvent is one line of a contender's stdout; times are
 // sysMonotonic readings.
 type contenderEvent struct {
-	Event    string // "granted" (Keys), "held" (an interval), "resumed" (Resumed), "error"
+	Event    string // "granted" (Keys, Announce), "held" (an interval), "resumed" (Resumed), "timeout" (History), "error"
 	Token    string
 	Keys     []string
 	From, To int64 // Lock returned .. Release called (or Done seen, if earlier)
@@ -83,6 +95,12 @@ type contenderEvent struct {
 	How       string // with History: "released" or "lost"
 	// Fence: with Fencing, the fencing token of the first key's grant.
 	Fence int64
+	// In the loop with Kind "request": the shared keys and permits held
+	// beside Keys (then the exclusive keys only); with Fencing, the fence
+	// of each exclusive key.
+	Shared  []string          `json:",omitempty"`
+	Permits []slotlock.Permit `json:",omitempty"`
+	Fences  map[string]int64  `json:",omitempty"`
 	// With Resumed, what the holder saw at its first look after its
 	// pause: Lease.Err, the lease context's Err, and a guarded write's
 	// error ("" for nil).
@@ -93,9 +111,12 @@ func TestContenderProcess(t *testing.T) {
 	if os.Getenv(envHelper) != "contender" {
 		t.Skip("a contender process of the cross-process tests; not a test by itself")
 	}
+	var emitMu sync.Mutex // workers share stdout: one line at a time
 	emit := func(ev contenderEvent) {
 		b, _ := json.Marshal(ev)
+		emitMu.Lock()
 		fmt.Fprintf(os.Stdout, "%s%s\n", contenderLine, b)
+		emitMu.Unlock()
 	}
 	var spec contenderSpec
 	if err := json.Unmarshal([]byte(os.Getenv(envContenderSpec)), &spec); err != nil {
@@ -166,11 +187,27 @@ func TestContenderProcess(t *testing.T) {
 		<-stop
 		os.Exit(0)
 	}
-	r := rand.New(rand.NewPCG(spec.Seed, 15))
+	var wg sync.WaitGroup
+	for w := range max(spec.Workers, 1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			contenderLoop(ctx, l, spec, w, stop, emit)
+		}()
+	}
+	wg.Wait()
+	os.Exit(0)
+}
+
+// contenderLoop is one worker of a contender process in the loop: it locks
+// random batches until stop is closed, reporting each hold.
+func contenderLoop(ctx context.Context, l *slotlock.Locker, spec contenderSpec, w int, stop <-chan struct{}, emit func(contenderEvent)) {
+	r := rand.New(rand.NewPCG(spec.Seed, 15+uint64(w)))
+	var err error
 	for {
 		select {
 		case <-stop:
-			os.Exit(0)
+			return
 		default:
 		}
 		keys := make([]string, 1+r.IntN(spec.KMax))
@@ -179,13 +216,32 @@ func TestContenderProcess(t *testing.T) {
 		}
 		start, call := time.Now(), sysMonotonic()
 		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		lease, err := l.Lock(lctx, keys...)
+		var lease *slotlock.Lease
+		var req slotlock.Request
+		switch spec.Kind {
+		case "request":
+			req = contenderRequest(keys, r)
+			lease, err = l.Acquire(lctx, req)
+		case "reentrant":
+			lease, err = l.Lock(slotlock.WithOwner(lctx, fmt.Sprintf("owner-%d-%d", spec.Seed, w)), keys...)
+		default:
+			lease, err = l.Lock(lctx, keys...)
+		}
 		cancel()
+		if err != nil && spec.History && errors.Is(err, context.DeadlineExceeded) {
+			// A wait that ran out is liveness, which the history does
+			// not judge: reported, and the loop goes on.
+			emit(contenderEvent{Event: "timeout", Keys: keys, Err: err.Error()})
+			continue
+		}
 		if err != nil {
 			emit(contenderEvent{Event: "error", Err: err.Error()})
 			os.Exit(2)
 		}
 		from := sysMonotonic()
+		if spec.Announce {
+			emit(contenderEvent{Event: "granted", Token: lease.Token(), From: from})
+		}
 		wait := time.Since(start)
 		var doneAt atomic.Int64 // when the holder saw the lease end (a loss), on sysMonotonic
 		if spec.History {
@@ -212,9 +268,37 @@ func TestContenderProcess(t *testing.T) {
 			to = d // it stopped counting on the keys when it saw the end
 		}
 		to = min(to, until)
-		emit(contenderEvent{Event: "held", Token: lease.Token(), Keys: lease.Keys(), From: from, To: to, Wait: int64(wait),
-			Call: call, Ret: ret, How: how})
+		ev := contenderEvent{Event: "held", Token: lease.Token(), Keys: lease.Keys(), From: from, To: to, Wait: int64(wait),
+			Call: call, Ret: ret, How: how}
+		if spec.Kind == "request" {
+			ev.Keys, ev.Shared, ev.Permits = req.Exclusive, req.Shared, req.Permits
+		}
+		for _, k := range ev.Keys {
+			if f, ok := lease.FencingToken(k); ok {
+				if ev.Fences == nil {
+					ev.Fences = map[string]int64{}
+				}
+				ev.Fences[k] = f
+			}
+		}
+		emit(ev)
 	}
+}
+
+// contenderRequest is workload.request's mix for a contender: the keys
+// shared, one of them exclusive in a third of the requests, permits of
+// one resource in half of them; always waiting.
+func contenderRequest(keys []string, r *rand.Rand) slotlock.Request {
+	slices.Sort(keys)
+	keys = slices.Compact(keys) // a key both shared and exclusive is refused
+	req := slotlock.Request{Shared: keys, Wait: slotlock.WaitForever}
+	if r.IntN(3) == 0 {
+		req.Exclusive, req.Shared = keys[:1], keys[1:]
+	}
+	if r.IntN(2) == 0 {
+		req.Permits = []slotlock.Permit{{Resource: permitSpace[r.IntN(len(permitSpace))], Units: 1 + r.Int64N(2), Limit: permitLimit}}
+	}
+	return req
 }
 
 // contenderProc is a running contender process.
@@ -228,11 +312,19 @@ type contenderProc struct {
 
 func startContender(t *testing.T, spec contenderSpec) *contenderProc {
 	t.Helper()
+	return startContenderWith(t, spec, func(contenderEvent) {})
+}
+
+// startContenderWith is startContender with seen called on every event as
+// it is read, before it is kept.
+func startContenderWith(t *testing.T, spec contenderSpec, seen func(contenderEvent)) *contenderProc {
+	t.Helper()
 	p := &contenderProc{}
 	p.child = startChild(t, "TestContenderProcess", "contender", envContenderSpec, spec, contenderLine,
 		func(line string) {
 			var ev contenderEvent
 			if err := json.Unmarshal([]byte(line), &ev); err == nil {
+				seen(ev)
 				p.mu.Lock()
 				p.events = append(p.events, ev)
 				if ev.Event == "error" {

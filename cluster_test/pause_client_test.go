@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"syscall"
 	"testing"
@@ -194,4 +196,131 @@ func TestAHolderPausedPastItsTTL(t *testing.T) {
 	}
 	holder.kill()
 	e.requireUnlocked(2*lockval.EntryTTL + time.Second)
+}
+
+func TestClientPausesEveryKind(t *testing.T) {
+	// Five processes, each one client and one Locker (TTL 10 s) with four
+	// workers, lock random batches of 1-6 of 32 keys in a loop, holding
+	// each 5 ms, each process a kind of lease:
+	// plain, reentrant (an owner of its own), fenced, and two with
+	// Locker.Acquire requests (shared keys, an exclusive one in a third
+	// of them, permits of a resource of limit 2 in half). Meanwhile one
+	// process at a time is stopped (SIGSTOP) for 50-1,500 ms and resumed:
+	// half the pauses at a random moment (while it waits, or holds), half
+	// the moment it reports a grant (while it holds). Every pause is far
+	// under the TTL, so no hold may overlap another: porcupine checks the
+	// history of every hold (no exclusive hold of a key overlaps another
+	// hold of it, no resource over its limit), and the fenced process's
+	// holds for growing fences. Precondition: some pauses hit a holder.
+	// Mutation: the former direct grant (`direct := true`): overlaps.
+	sc := chaosScale()
+	e := newEnv(t, pick(sc, 3*time.Minute, 10*time.Minute))
+	e.waitReady()
+	space := keySpace(32)
+	run := pick(sc, 20*time.Second, 2*time.Minute)
+	kinds := []string{"", "reentrant", "fenced", "request", "request"}
+	type proc struct {
+		*contenderProc
+		granted chan struct{}
+	}
+	procs := make([]proc, len(kinds))
+	for i, kind := range kinds {
+		spec := contenderSpec{Addrs: e.c.Addrs(), Prefix: e.prefix, TTL: 10 * time.Second, Space: space, KMax: 6,
+			Seed: uint64(300 + i), Hold: 5 * time.Millisecond, Workers: 4, History: true, Announce: true, Kind: kind}
+		if kind == "fenced" {
+			spec.Kind, spec.Fencing = "", true
+		}
+		p := proc{granted: make(chan struct{}, 1)}
+		p.contenderProc = startContenderWith(t, spec, func(ev contenderEvent) {
+			if ev.Event == "granted" {
+				select {
+				case p.granted <- struct{}{}:
+				default:
+				}
+			}
+		})
+		procs[i] = p
+	}
+	type pause struct {
+		proc     int
+		from, to int64 // sysMonotonic
+	}
+	var pauses []pause
+	r := rand.New(rand.NewPCG(7, uint64(time.Now().UnixNano())))
+	end := time.Now().Add(run)
+	for time.Now().Before(end) {
+		i := r.IntN(len(procs))
+		p := procs[i]
+		if r.IntN(2) == 0 {
+			select { // drain: the next grant, not one already reported
+			case <-p.granted:
+			default:
+			}
+			select {
+			case <-p.granted:
+			case <-time.After(5 * time.Second):
+				continue // it waits long: pause another
+			}
+		}
+		if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		from := sysMonotonic()
+		time.Sleep(50*time.Millisecond + time.Duration(r.Int64N(int64(1450*time.Millisecond)))) // the pause's length
+		if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		pauses = append(pauses, pause{i, from, sysMonotonic()})
+		time.Sleep(time.Duration(r.Int64N(int64(300 * time.Millisecond)))) // between pauses, not an ordering
+	}
+	h, fenced := newHistory(e.tl), newHistory(e.tl)
+	spanned, timeouts := 0, 0
+	for i, p := range procs {
+		for _, ev := range p.finish(t, i, 45*time.Second) {
+			if ev.Event == "timeout" {
+				timeouts++
+			}
+			if ev.Event != "held" {
+				continue
+			}
+			for _, pz := range pauses {
+				if pz.proc == i && ev.From < pz.from && pz.from < ev.To {
+					spanned++
+					break
+				}
+			}
+			for _, hh := range []*history{h, fenced} {
+				if hh == fenced && ev.Fences == nil {
+					continue
+				}
+				hh.hs = append(hh.hs, &hold{ID: len(hh.hs) + 1, Owner: fmt.Sprintf("process %d", i), Token: ev.Token,
+					Keys: ev.Keys, Shared: ev.Shared, Permits: ev.Permits, Fences: ev.Fences,
+					Call: e.tl.fromSys(ev.Call), Granted: e.tl.fromSys(ev.From), End: e.tl.fromSys(ev.To), EndRet: e.tl.fromSys(ev.Ret),
+					How: ev.How, ended: true})
+			}
+		}
+	}
+	v := h.check(t, false)
+	fv := fenced.check(t, true)
+	t.Logf("%d holds (%d fenced), %d pauses, %d holds spanned a pause of their own process, %d waits ran out (30 s)", v.Holds, fv.Holds, len(pauses), spanned, timeouts)
+	e.rep.set("grants", v.Holds)
+	e.rep.set("pauses", len(pauses))
+	e.rep.set("violations", v.Violations()+fv.Violations())
+	v.requireSafe(t)
+	fv.requireSafe(t)
+	if spanned == 0 {
+		t.Error("no hold spanned a pause: the scenario did not pause a holder")
+	}
+	for i, p := range procs {
+		n := 0
+		evs, _ := p.snapshot()
+		for _, ev := range evs {
+			if ev.Event == "held" {
+				n++
+			}
+		}
+		if n == 0 {
+			t.Errorf("process %d (%q) held nothing", i, kinds[i])
+		}
+	}
 }
