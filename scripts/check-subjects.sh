@@ -57,5 +57,5 @@ printf '%s\n' "$list" | LC_ALL=C awk -F '\t' -v since="$since" -v max="$max" -v 
 			print "Shorten them (git rebase -i, reword) before they reach main; the body carries the rest."
 			exit 1
 		}
-		printf "check-subjects: %d subjects of at most %d characters (%s)\n", n, max, scope
+		printf "check-subjects: %d checked, none over %d characters (%s)\n", n, max, scope
 	}'
