@@ -80,12 +80,14 @@ func pairsCSV(pairs []*pairTarget) []byte {
 
 // rowHeader names rowFields' columns. The round trip and the process split
 // follow K and W (a cell is named by all six); older files lack them.
+// machine_busy_cores is the whole machine's busy cores during the timed
+// window (bench.Result.MachineBusy).
 var rowHeader = []string{
 	"contender", "mode", "K", "W", "rtt_us", "procs", "gomaxprocs", "batches", "seconds", "batches_per_s", "keys_per_s",
 	"p50_us", "p99_us", "max_us", "wait_p50_us", "wait_p99_us", "wait_max_us",
 	"client_cpu_us_per_batch", "server_cpu_us_per_batch", "server_cmds_per_batch",
 	"server_cmd_us_per_batch", "script_calls_per_batch", "script_us_per_call",
-	"allocs_per_batch", "bytes_per_batch", "other_programs_cores", "stalls", "error",
+	"allocs_per_batch", "bytes_per_batch", "other_programs_cores", "machine_busy_cores", "stalls", "error",
 }
 
 // rowFields is one cell's line of results.csv.
@@ -102,7 +104,7 @@ func rowFields(r row) []string {
 		us(r.Wait.P50), us(r.Wait.P99), us(r.Wait.Max),
 		us(r.PerBatch(r.ClientCPU)), us(r.PerBatch(r.Server.CPU)), perBatch(r, r.Server.Calls),
 		perBatch(r, r.Server.Usec), perBatch(r, r.Server.ScriptCalls), perCall(r.Server.ScriptUsec, r.Server.ScriptCalls),
-		strconv.FormatInt(r.AllocsPerBatch, 10), strconv.FormatInt(r.BytesPerBatch, 10), f3(r.Foreign),
+		strconv.FormatInt(r.AllocsPerBatch, 10), strconv.FormatInt(r.BytesPerBatch, 10), f3(r.Foreign), f3(r.MachineBusy),
 		strconv.FormatInt(r.Stalls, 10), errText,
 	}
 }
