@@ -234,6 +234,7 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "slotbench: report:", err)
 		return 1
 	}
+	printTargets(os.Stdout, rows, pairs)
 	fmt.Printf("slotbench: %d cells in %s; report in %s\n", len(rows), time.Since(began).Round(time.Second), cfg.out)
 	if failed > 0 {
 		fmt.Fprintf(os.Stderr, "slotbench: %d failures\n", failed)

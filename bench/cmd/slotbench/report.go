@@ -186,6 +186,7 @@ func (rp report) bestPeer(rtt time.Duration) (row, bool) {
 
 func markdown(m *machine, rows []row, pairs []*pairTarget, profs map[int]*profileReport, micro *microResult) []byte {
 	rp := report{rows: rows}
+	rds := readRules(targetRules(rows), rp, pairs)
 	var b strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 
@@ -194,6 +195,7 @@ func markdown(m *machine, rows []row, pairs []*pairTarget, profs map[int]*profil
 	p("slotlock locks K keys at once; without it, a user of Redis Cluster would take them one by one with SET NX, with a lock library per key, or per slot. ")
 	p("This page measures all of them side by side, in one run, against one real Redis Cluster (3 masters, 3 replicas on 127.0.0.1), ")
 	p("with a pipeline that checks nothing as the ceiling.\n\n")
+	p("%s\n\n", standing(rds, pairs))
 	if m.Short {
 		p("> **Short mode** (CI smoke): cells of %s, too short for the numbers to mean much. Run `make bench` for the real report.\n\n", m.Benchtime)
 	}
@@ -226,7 +228,7 @@ func markdown(m *machine, rows []row, pairs []*pairTarget, profs map[int]*profil
 	p("\n")
 
 	writeWire(&b, m)
-	writeTargets(&b, rp, pairs, m)
+	writeTargets(&b, rp, pairs, rds)
 	writeThroughput(&b, rp)
 	writeRoundTrips(&b, rp, m)
 	writeOthers(&b, rp)
@@ -263,42 +265,13 @@ func backendText(b string) string {
 	return b
 }
 
-// pairCell is a paired target's median, rounds and verdict.
-func pairCell(t *pairTarget) string {
-	if t.Err != nil {
-		return "FAILED"
-	}
-	m, ok := t.median()
-	if !ok {
-		return "n/a"
-	}
-	if t.Ref {
-		return fmt.Sprintf("**%.2f×** (%s)", m, t.ratios())
-	}
-	// One verdict for the target, which counts its waits; where it bounds
-	// them, the waits' own say which part failed when it is not met.
-	note := ""
-	if met, ok := t.waitsMet(); ok {
-		note = "waits within bounds"
-		if !met {
-			note = "waits **over bounds**"
-		}
-	}
-	return fmt.Sprintf("**%.2f×** (%s) %s", m, t.ratios(), verdictNote(t.met(), note))
-}
-
-func verdict(ok bool) string { return verdictNote(ok, "") }
-
-// verdictNote is verdict with a note after it in the parentheses.
-func verdictNote(ok bool, note string) string {
-	v := "**not met**"
+// metText is the verdict of a bound that needs no ceiling (the slot
+// package's micro-benchmark).
+func metText(ok bool) string {
 	if ok {
-		v = "met"
+		return "(met)"
 	}
-	if note != "" {
-		v += "; " + note
-	}
-	return "(" + v + ")"
+	return "(**not met**)"
 }
 
 // writeStalls lists the cells in which a contender stalled on a free key
@@ -455,7 +428,7 @@ func writeMicro(b *strings.Builder, micro *microResult) {
 	p("Pure computation, no Redis: `%s` from the root module.\n\n", micro.Command)
 	p("```\n%s\n```\n\n", strings.Join(micro.Lines, "\n"))
 	ok := micro.KeySlot16NS > 0 && micro.KeySlot16NS < 20 && micro.KeySlot16Allocs == 0
-	p("KeySlot of a 16-byte key: %.2f ns, %d allocations; required well under 20 ns with 0 allocations %s.\n\n", micro.KeySlot16NS, micro.KeySlot16Allocs, verdict(ok))
+	p("KeySlot of a 16-byte key: %.2f ns, %d allocations; required well under 20 ns with 0 allocations %s.\n\n", micro.KeySlot16NS, micro.KeySlot16Allocs, metText(ok))
 }
 
 func dagger(r row) string {
