@@ -50,6 +50,11 @@ const (
 	longestWait
 )
 
+// name is what a metric measures, for sentences.
+func (m metric) name() string {
+	return [...]string{"batches/s ratio", "Redis commands per batch", "Redis CPU per batch", "wait p99", "longest wait"}[m]
+}
+
 // atMost says whether a metric's target is a ceiling (commands, CPU,
 // waits) rather than a floor (batches/s).
 func (m metric) atMost() bool { return m != batchRatio }
@@ -173,7 +178,7 @@ func targetRules(rows []row) []rule {
 				rounds = 0
 			}
 			add(rule{Group: groupAcross, Label: metricLabel(c[0], "Redis commands per batch"), A: c[0], B: c[1], Metric: commandsPerBatch, Need: acrossCommands, Rounds: rounds})
-			add(rule{Group: groupAcross, Label: metricLabel(c[0], "Redis CPU per batch / "+cellText(c[1])+"'s"), A: c[0], B: c[1], Metric: redisCPURatio, Need: acrossCPU, Rounds: rounds})
+			add(rule{Group: groupAcross, Label: metricLabel(c[0], "Redis CPU per batch against "+cellText(c[1])), A: c[0], B: c[1], Metric: redisCPURatio, Need: acrossCPU, Rounds: rounds})
 			if rtt == bench.FarRTT {
 				add(rule{Group: groupAcross, Label: metricLabel(c[0], "wait p99"), A: c[0], B: c[1], Metric: waitP99, Need: float64(acrossWaitP99), Rounds: rounds})
 				add(rule{Group: groupAcross, Label: metricLabel(c[0], "longest wait"), A: c[0], B: c[1], Metric: longestWait, Need: float64(acrossWaitMax), Rounds: rounds})
@@ -337,7 +342,7 @@ func judge(r rule, fig float64, ok bool, c conditions) verdict {
 		return verdict{noVerdict, "a reference, not a target"}
 	case reachable:
 		if !c.CeilingOK {
-			return verdict{noVerdict, "the ceiling was not measured"}
+			return verdict{noVerdict, fmt.Sprintf("%s / %s not measured in this run", cellText(r.Ceiling[0]), cellText(r.Ceiling[1]))}
 		}
 		if c.Ceiling < r.Need {
 			return verdict{noVerdict, fmt.Sprintf("out of reach: %s / %s made %.1f× here", cellText(r.Ceiling[0]), cellText(r.Ceiling[1]), c.Ceiling)}
@@ -518,17 +523,22 @@ func (r rule) required() string {
 	if r.Gate == reference {
 		return "–"
 	}
+	return r.Metric.bound(r.Need)
+}
+
+// bound is a target of this metric, need, as the report prints it.
+func (m metric) bound(need float64) string {
 	op := "≥"
-	if r.Metric.atMost() {
+	if m.atMost() {
 		op = "≤"
 	}
-	if r.Metric == waitP99 || r.Metric == longestWait {
-		return op + " " + r.Metric.format(r.Need)
+	switch m {
+	case waitP99, longestWait:
+		return op + " " + m.format(need)
+	case commandsPerBatch:
+		return fmt.Sprintf("%s %g", op, need)
 	}
-	if r.Metric == commandsPerBatch {
-		return fmt.Sprintf("%s %g", op, r.Need)
-	}
-	return fmt.Sprintf("%s %g×", op, r.Need)
+	return fmt.Sprintf("%s %g×", op, need)
 }
 
 // compared says which ceiling or reference a rule's figure is compared
@@ -557,7 +567,7 @@ func (rd reading) beside(rp report, pairs []*pairTarget) string {
 	for _, c := range rd.Beside {
 		if t := findPair(pairs, c[0], c[1]); t != nil && t.Err == nil {
 			if m, ok := t.median(); ok {
-				parts = append(parts, fmt.Sprintf("%s / %s %.2f× (paired)", cellText(c[0]), cellText(c[1]), m))
+				parts = append(parts, fmt.Sprintf("%s / %s %s× (paired)", cellText(c[0]), cellText(c[1]), ratioText(m)))
 				continue
 			}
 		}
@@ -668,9 +678,15 @@ func standing(rds []reading, pairs []*pairTarget) string {
 	} else {
 		b.WriteString("Uncontended, this run measured no pair against the owner-checked ceiling. ")
 	}
-	var judged, ok int
-	var missed []string
-	var open int
+	// The other targets, not met counted by what they measure, each with
+	// its figure furthest from the bound.
+	var judged, ok, open int
+	type miss struct {
+		n     int
+		worst float64
+		need  float64
+	}
+	missed := map[metric]*miss{}
 	for _, rd := range rds {
 		if rd.Group == groupCeiling || rd.Gate == reference {
 			continue
@@ -681,16 +697,35 @@ func standing(rds []reading, pairs []*pairTarget) string {
 			ok++
 		case notMet:
 			judged++
-			missed = append(missed, rd.Label)
+			f, _ := rd.figure()
+			m := missed[rd.Metric]
+			if m == nil {
+				m = &miss{worst: f, need: rd.Need}
+				missed[rd.Metric] = m
+			}
+			m.n++
+			if rd.Metric.atMost() == (f > m.worst) {
+				m.worst, m.need = f, rd.Need
+			}
 		default:
 			open++
 		}
 	}
 	fmt.Fprintf(&b, "Of the other targets, %d of the %d this run could judge are met", ok, judged)
-	if len(missed) > 0 {
-		fmt.Fprintf(&b, " (not met: %s)", strings.Join(missed, "; "))
+	var parts []string
+	for _, m := range []metric{batchRatio, commandsPerBatch, redisCPURatio, waitP99, longestWait} {
+		if x := missed[m]; x != nil {
+			word := "up to"
+			if !m.atMost() {
+				word = "down to"
+			}
+			parts = append(parts, fmt.Sprintf("%s in %d (%s %s, against %s)", m.name(), x.n, word, m.format(x.worst), m.bound(x.need)))
+		}
 	}
-	fmt.Fprintf(&b, ", and %d have no verdict, out of reach of the ceiling or of this machine's CPU in this run (the table says which).", open)
+	if len(parts) > 0 {
+		fmt.Fprintf(&b, "; not met: %s", strings.Join(parts, "; "))
+	}
+	fmt.Fprintf(&b, "; %d have no verdict, out of reach of the ceiling or of this machine's CPU in this run (the tables below say which).", open)
 	return b.String()
 }
 
@@ -710,20 +745,20 @@ func writeRetired(b *strings.Builder, rp report, pairs []*pairTarget, rds []read
 	for _, c := range ceilingPairs() {
 		if t := findPair(pairs, c.A, c.B); t != nil && t.Err == nil {
 			if m, ok := t.median(); ok {
-				ceil = append(ceil, fmt.Sprintf("%.2f× at %s", m, whereText(c.A)))
+				ceil = append(ceil, fmt.Sprintf("%.2f× (%s)", m, whereText(c.A)))
 			}
 		}
 	}
 	p("- **slotlock ≥ 0.85-0.95× the raw pipeline, uncontended** (0.90× at K = 1,000 and K = 1 on loopback, 0.85× at K = 100, 0.95× behind each round trip): above the ceiling of any owner-checked lock. ")
 	if len(ceil) > 0 {
-		p("The checked pipeline, which adds nothing to the raw pipeline but a release that deletes only its own keys, made %s of the raw pipeline in this run. ", strings.Join(ceil, ", "))
+		p("The checked pipeline, which adds nothing to the raw pipeline but a release that deletes only its own keys, made against the raw pipeline in this run: %s. ", strings.Join(ceil, ", "))
 	}
 	p("Replaced by ≥ %.2f× the checked pipeline at every K and round trip; the raw pipeline is shown beside it.\n", ceilingNeed)
 	p("- **K = 1,000 ≥ %d× sequential SET NX behind 200 µs, unconditionally**: ", seqNeed)
 	if x, ok := rp.cellRatio(bench.Cell{Contender: "raw-pipeline", K: 1000, W: 1, RTT: 200 * time.Microsecond}, bench.Cell{Contender: "sequential-setnx", K: 1000, W: 1, RTT: 200 * time.Microsecond}); ok {
 		p("the raw pipeline itself made %.1f× sequential SET NX there in this run. ", x)
 	} else {
-		p("on this machine the raw pipeline itself makes about half of it there. ")
+		p("this run did not measure the raw pipeline against sequential SET NX there (a short run leaves sequential SET NX at K = 1,000 behind a round trip out of the matrix). ")
 	}
 	p("The target stands at each round trip only where the raw pipeline reaches it in the same run.\n")
 	p("- **16 × 1 processes ≥ %.2f× the batches/s of 1 × 16** (RTT 1 ms): 16 Go runtimes and six Redis nodes keep the two cores busy, so the ratio measures the machine", acrossRate)

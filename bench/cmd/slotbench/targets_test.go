@@ -52,7 +52,7 @@ func TestJudge(t *testing.T) {
 		{"sequential, reachable, met", seqRule, 139, true, conditions{Ceiling: 155, CeilingOK: true}, met, ""},
 		{"sequential, reachable, not met", seqRule, 90, true, conditions{Ceiling: 155, CeilingOK: true}, notMet, ""},
 		{"sequential, out of reach", seqRule, 43, true, conditions{Ceiling: 47.1, CeilingOK: true}, noVerdict, "out of reach: raw pipeline / sequential SET NX made 47.1× here"},
-		{"sequential, no ceiling", seqRule, 139, true, conditions{}, noVerdict, "the ceiling was not measured"},
+		{"sequential, no ceiling", seqRule, 139, true, conditions{}, noVerdict, "raw pipeline / sequential SET NX not measured in this run"},
 		{"rate with CPU to spare, met", rate, 0.80, true, spare, met, ""},
 		{"rate with CPU to spare, not met", rate, 0.70, true, spare, notMet, ""},
 		{"rate, A saturated", rate, 0.85, true, conditions{BusyA: 1.64, BusyB: 0.86, CPUs: 2}, noVerdict, "machine-bound: 1.64 of 2 cores busy (judged below 1.6)"},
@@ -259,16 +259,40 @@ func TestTargetsReport(t *testing.T) {
 		}
 	}
 	open := standing(rds, []*pairTarget{pairs[0], {A: unc(bench.CheckedPipeline, 1000, 0), B: unc("raw-pipeline", 1000, 0), Ratios: []float64{0.87}}})
-	for _, want := range []string{"slotlock made 0.98× the batches/s of the minimal owner-checked pipeline", "in 1 of the 1 batch sizes and round trips (1 of them at or above the target of 0.97×)", "that pipeline made 0.87× the raw pipeline", "0 of the 0 this run could judge are met, and 2 have no verdict"} {
+	for _, want := range []string{"slotlock made 0.98× the batches/s of the minimal owner-checked pipeline", "in 1 of the 1 batch sizes and round trips (1 of them at or above the target of 0.97×)", "that pipeline made 0.87× the raw pipeline", "0 of the 0 this run could judge are met; 2 have no verdict"} {
 		if !strings.Contains(open, want) {
 			t.Errorf("opening: missing %q in:\n%s", want, open)
 		}
 	}
 	b.Reset()
 	writeRetired(&b, rp, []*pairTarget{{A: unc(bench.CheckedPipeline, 1000, 0), B: unc("raw-pipeline", 1000, 0), Ratios: []float64{0.87}}}, rds)
-	for _, want := range []string{"made 0.87× at K = 1,000, loopback of the raw pipeline", "the raw pipeline itself made 48.0× sequential SET NX there in this run"} {
+	for _, want := range []string{"made against the raw pipeline in this run: 0.87× (K = 1,000, loopback)", "the raw pipeline itself made 48.0× sequential SET NX there in this run"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("retired: missing %q in:\n%s", want, b.String())
 		}
+	}
+}
+
+// TestStandingNamesWhatIsNotMet: the opening's second sentence counts
+// the targets not met by what they measure, each with the figure
+// furthest from its bound, and leaves references out. Mutations that
+// fail it: the worst figure taken as the first (120.4), references
+// counted among those without a verdict.
+func TestStandingNamesWhatIsNotMet(t *testing.T) {
+	a := bench.Contended("slotlock-multi", bench.FarRTT)
+	rd := func(m metric, fig, need float64, g gate, o outcome) reading {
+		return reading{rule: rule{Group: groupAcross, A: a, Metric: m, Need: need, Gate: g}, Matrix: fig, MatrixOK: true, Verdict: verdict{Outcome: o}}
+	}
+	rds := []reading{
+		rd(commandsPerBatch, 120.4, 60, always, notMet),
+		rd(commandsPerBatch, 126.5, 60, always, notMet),
+		rd(batchRatio, 0.55, 0.75, spareCPU, noVerdict),
+		rd(batchRatio, 0.53, 0.75, reference, noVerdict),
+		rd(waitP99, float64(24*time.Millisecond), float64(30*time.Millisecond), always, met),
+	}
+	got := standing(rds, nil)
+	want := "Of the other targets, 1 of the 3 this run could judge are met; not met: Redis commands per batch in 2 (up to 126.5, against ≤ 60); 1 have no verdict"
+	if !strings.Contains(got, want) {
+		t.Errorf("missing %q in:\n%s", want, got)
 	}
 }
