@@ -765,7 +765,7 @@ func writeRetired(b *strings.Builder, rp report, pairs []*pairTarget, rds []read
 		p("this run did not measure the raw pipeline against sequential SET NX there (a short run leaves sequential SET NX at K = 1,000 behind a round trip out of the matrix). ")
 	}
 	p("The target stands at each round trip only where the raw pipeline reaches it in the same run.\n")
-	p("- **16 × 1 processes ≥ %.2f× the batches/s of 1 × 16** (RTT 1 ms): 16 Go runtimes and six Redis nodes keep the two cores busy, so the ratio measures the machine", acrossRate)
+	p("- **16 × 1 processes ≥ %.2f× the batches/s of 1 × 16** (RTT 1 ms): 16 Go runtimes and six Redis nodes keep this machine's %d cores busy, so the ratio measures the machine", acrossRate, runtime.NumCPU())
 	for _, rd := range rds {
 		if rd.Gate == reference && rd.A.Procs == bench.ContendedW && rd.Cond.BusyA > 0 {
 			p(" (%.2f of %d cores busy during 16 × 1 in this run)", rd.Cond.BusyA, rd.Cond.CPUs)
