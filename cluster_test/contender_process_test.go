@@ -93,6 +93,8 @@ type contenderEvent struct {
 	// Call: Lock was called; Ret: Release returned.
 	Call, Ret int64
 	How       string // with History: "released" or "lost"
+	// Until: the lease's Deadline as read at its grant.
+	Until int64
 	// Fence: with Fencing, the fencing token of the first key's grant.
 	Fence int64
 	// In the loop with Kind "request": the shared keys and permits held
@@ -239,6 +241,11 @@ func contenderLoop(ctx context.Context, l *slotlock.Locker, spec contenderSpec, 
 			os.Exit(2)
 		}
 		from := sysMonotonic()
+		// The holder counts on its keys until its Deadline as read at
+		// the grant: every grant's is a TTL after the request that
+		// granted it was sent, however the process is paused later (a
+		// renewal that does not land ends the lease, which Done shows).
+		until := from + int64(time.Until(lease.Deadline()))
 		if spec.Announce {
 			emit(contenderEvent{Event: "granted", Token: lease.Token(), From: from})
 		}
@@ -251,10 +258,6 @@ func contenderLoop(ctx context.Context, l *slotlock.Locker, spec contenderSpec, 
 			time.Sleep(spec.Hold)
 		}
 		to := sysMonotonic()
-		// The holder counts on its keys until its Deadline at most (a
-		// renewal or conversion that does not land in time ends the
-		// lease there).
-		until := to + int64(time.Until(lease.Deadline()))
 		how := "released"
 		if err := lease.Release(ctx); err != nil {
 			if !spec.History || !errors.Is(err, slotlock.ErrNotHeld) {
@@ -269,7 +272,7 @@ func contenderLoop(ctx context.Context, l *slotlock.Locker, spec contenderSpec, 
 		}
 		to = min(to, until)
 		ev := contenderEvent{Event: "held", Token: lease.Token(), Keys: lease.Keys(), From: from, To: to, Wait: int64(wait),
-			Call: call, Ret: ret, How: how}
+			Call: call, Ret: ret, How: how, Until: until}
 		if spec.Kind == "request" {
 			ev.Keys, ev.Shared, ev.Permits = req.Exclusive, req.Shared, req.Permits
 		}

@@ -207,39 +207,37 @@ func TestClientPausesEveryKind(t *testing.T) {
 	// of them, permits of a resource of limit 2 in half). Meanwhile one
 	// process at a time is stopped (SIGSTOP) for 50-1,500 ms and resumed:
 	// half the pauses at a random moment (while it waits, or holds), half
-	// the moment it reports a grant (while it holds). Every pause is far
+	// the moment some process reports a grant (while it holds). Every pause is far
 	// under the TTL, so no hold may overlap another: porcupine checks the
 	// history of every hold (no exclusive hold of a key overlaps another
 	// hold of it, no resource over its limit), and the fenced process's
-	// holds for growing fences. Precondition: some pauses hit a holder.
-	// Mutation: the former direct grant (`direct := true`): overlaps.
+	// holds for growing fences; and every grant's Deadline, read at the
+	// grant, is at least the TTL after Lock was called (a holder counts
+	// on its keys until that Deadline, however long it is paused).
+	// Precondition: some pauses hit a holder. Mutation: the former direct
+	// grant (`direct := true`): grants with Deadlines about 500 ms ahead.
 	sc := chaosScale()
 	e := newEnv(t, pick(sc, 3*time.Minute, 10*time.Minute))
 	e.waitReady()
 	space := keySpace(32)
 	run := pick(sc, 20*time.Second, 2*time.Minute)
 	kinds := []string{"", "reentrant", "fenced", "request", "request"}
-	type proc struct {
-		*contenderProc
-		granted chan struct{}
-	}
-	procs := make([]proc, len(kinds))
+	procs := make([]*contenderProc, len(kinds))
+	granted := make(chan int, 64) // the processes' grants as they report them
 	for i, kind := range kinds {
 		spec := contenderSpec{Addrs: e.c.Addrs(), Prefix: e.prefix, TTL: 10 * time.Second, Space: space, KMax: 6,
 			Seed: uint64(300 + i), Hold: 5 * time.Millisecond, Workers: 4, History: true, Announce: true, Kind: kind}
 		if kind == "fenced" {
 			spec.Kind, spec.Fencing = "", true
 		}
-		p := proc{granted: make(chan struct{}, 1)}
-		p.contenderProc = startContenderWith(t, spec, func(ev contenderEvent) {
+		procs[i] = startContenderWith(t, spec, func(ev contenderEvent) {
 			if ev.Event == "granted" {
 				select {
-				case p.granted <- struct{}{}:
+				case granted <- i:
 				default:
 				}
 			}
 		})
-		procs[i] = p
 	}
 	type pause struct {
 		proc     int
@@ -250,18 +248,17 @@ func TestClientPausesEveryKind(t *testing.T) {
 	end := time.Now().Add(run)
 	for time.Now().Before(end) {
 		i := r.IntN(len(procs))
-		p := procs[i]
 		if r.IntN(2) == 0 {
-			select { // drain: the next grant, not one already reported
-			case <-p.granted:
-			default:
+			for len(granted) > 0 { // the next grant, not one already reported
+				<-granted
 			}
 			select {
-			case <-p.granted:
+			case i = <-granted:
 			case <-time.After(5 * time.Second):
-				continue // it waits long: pause another
+				continue
 			}
 		}
+		p := procs[i]
 		if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
@@ -274,7 +271,7 @@ func TestClientPausesEveryKind(t *testing.T) {
 		time.Sleep(time.Duration(r.Int64N(int64(300 * time.Millisecond)))) // between pauses, not an ordering
 	}
 	h, fenced := newHistory(e.tl), newHistory(e.tl)
-	spanned, timeouts := 0, 0
+	spanned, timeouts, short := 0, 0, 0
 	for i, p := range procs {
 		for _, ev := range p.finish(t, i, 45*time.Second) {
 			if ev.Event == "timeout" {
@@ -282,6 +279,9 @@ func TestClientPausesEveryKind(t *testing.T) {
 			}
 			if ev.Event != "held" {
 				continue
+			}
+			if ttl := int64(10 * time.Second); ev.Until < ev.Call+ttl {
+				short++
 			}
 			for _, pz := range pauses {
 				if pz.proc == i && ev.From < pz.from && pz.from < ev.To {
@@ -308,6 +308,9 @@ func TestClientPausesEveryKind(t *testing.T) {
 	e.rep.set("violations", v.Violations()+fv.Violations())
 	v.requireSafe(t)
 	fv.requireSafe(t)
+	if short > 0 {
+		t.Errorf("%d grants had a Deadline less than the TTL after Lock was called", short)
+	}
 	if spanned == 0 {
 		t.Error("no hold spanned a pause: the scenario did not pause a holder")
 	}
