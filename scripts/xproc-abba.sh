@@ -23,14 +23,13 @@ for i in $(seq 1 "$pairs"); do
     echo "$side $line" | tee -a "$out"
   done
 done
+# median (range) of a column of numbers
+med() { sort -g | awk '{v[NR]=$1} END {printf "%s (%s-%s)", v[int((NR+1)/2)], v[1], v[NR]}'; }
 for side in old new; do
-  grep "^$side " "$out" | sed -E 's/.*\(([0-9.]+)\/s\).*wait p99 ([0-9.]+)(µs|ms).*longest ([0-9.]+)(µs|ms).*/\1 \2\3 \4\5/' |
-    awk -v s="$side" '{
-      b[NR]=$1; p=$2; u=p; sub(/[0-9.]+/,"",u); sub(/[^0-9.]+$/,"",p); w[NR]=(u=="µs")?p/1000:p
-    } END {
-      n=asort(b); m=asort(w)
-      printf "%s: batches/s median %s (%s-%s), wait p99 median %.1f ms (%.1f-%.1f), %d runs\n", s, b[int((n+1)/2)], b[1], b[n], w[int((m+1)/2)], w[1], w[m], n
-    }'
+  rate=$(grep "^$side " "$out" | sed -E 's/.*\(([0-9.]+)\/s\).*/\1/' | med)
+  p99=$(grep "^$side " "$out" | sed -E 's/.*wait p99 ([0-9.]+)(µs|ms).*/\1 \2/' |
+    awk '{print ($2 == "µs") ? $1 / 1000 : $1}' | med)
+  echo "$side: batches/s median $rate, wait p99 ms median $p99, $(grep -c "^$side " "$out") runs"
 done
 rm -f "$out"
 echo "end $(date -u +%T) $(uptime | sed 's/.*load/load/')"
