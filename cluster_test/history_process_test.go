@@ -163,8 +163,8 @@ func TestHistoryWithDelayedMessages(t *testing.T) {
 	if direct == 0 {
 		t.Error("no grant was direct: the scenario did not test the direct grant")
 	}
-	if v.Holds < 50 {
-		t.Errorf("only %d holds", v.Holds)
+	if v.Holds == 0 { // a precondition: how many holds fit in the run is the machine's load
+		t.Error("no hold: the history checker checked nothing")
 	}
 	// What is left behind is checked by the other process tests; here
 	// it would cost two queue-entry lives (6 s) of CI time.
