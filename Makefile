@@ -95,6 +95,19 @@ cluster-down:
 	for i in $$(seq 1 300); do kill -0 "$$pid" 2>/dev/null || { echo "devcluster stopped"; exit 0; }; sleep 0.1; done; \
 	echo "devcluster (pid $$pid) did not stop in 30 s"; exit 1
 
+# The flake hunt: each package of FLAKE_PKGS run FLAKE_COUNT times (-race,
+# -count=1) while a CPU hog it starts and stops keeps one core busy, on the
+# backend SLOTLOCK_CLUSTER picks; pass/fail per package, failed runs' logs
+# kept in .cache/flake/. E.g. make flake FLAKE_PKGS='. ./batch' FLAKE_COUNT=5
+# SLOTLOCK_CLUSTER=process (scripts/flake.sh; FLAKE_RUN narrows the tests).
+FLAKE_PKGS  ?= . ./batch ./quorum ./cluster_test
+FLAKE_COUNT ?= 5
+FLAKE_RUN   ?= .
+
+.PHONY: flake
+flake: ensure-redis
+	@GO='$(GO)' FLAKE_PKGS='$(FLAKE_PKGS)' FLAKE_COUNT='$(FLAKE_COUNT)' FLAKE_RUN='$(FLAKE_RUN)' scripts/flake.sh
+
 # The fault suite (cluster_test) at length: every scenario runs longer and
 # more often than the short run that `make test` includes (SLOTLOCK_CHAOS=long),
 # bounded by CHAOS_TIMEOUT. The full log goes to .cache/chaos.log and one

