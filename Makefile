@@ -148,3 +148,30 @@ soak: ensure-redis
 	status=$$?; \
 	grep -E '^(--- |ok|FAIL)|soak round|chaos report' $(STATE)/soak.log; \
 	exit $$status
+
+# The suite against another server (docs/compatibility.md): the packages
+# that exercise the protocol and the server-specific paths (slot map,
+# failover, ASK, transactions) and the fault scenarios of cluster_test
+# that fit CI's time, on the process backend, against the server binary
+# SERVER names (a path, or a name on PATH):
+#   make test-server SERVER=/path/to/valkey-server
+# test-servers builds the servers whose sources sit beside the repository
+# (../shared/servers in CI: Valkey 8.0.1, Redis 7.4.1) into .cache/servers
+# and runs test-server against each (scripts/test-servers.sh); without
+# those sources it says so and does nothing, except under CI=true.
+SERVER        ?=
+SERVER_PKGS   ?= . ./batch ./pipeline ./quorum ./internal/topology
+# The fault scenarios: failover (CLUSTER SHARDS after it differs per
+# server), pause, resharding and every migrating-slot test (ASK), shared
+# holds through faults, quorum. About 4 minutes on 2 cores.
+SERVER_FAULTS ?= ^(TestMasterFailover|TestLockAfterFailover|TestFencingAcrossFailover|TestMasterPaused|TestColdScriptCache|TestReshardingUnderLoad|TestSharedHoldsThroughFaults|TestQuorumUnderFaults)$$|Migrating
+
+.PHONY: test-server test-servers
+test-server:
+	@if [ -z "$(SERVER)" ]; then echo "usage: make test-server SERVER=/path/to/redis-or-valkey-server"; exit 2; fi
+	@"$$(command -v '$(SERVER)' || echo '$(SERVER)')" --version
+	SLOTLOCK_CLUSTER=process SLOTLOCK_REDIS_SERVER='$(SERVER)' $(GO) test $(TEST_FLAGS) $(SERVER_PKGS)
+	SLOTLOCK_CLUSTER=process SLOTLOCK_REDIS_SERVER='$(SERVER)' $(GO) test $(TEST_FLAGS) -run '$(SERVER_FAULTS)' ./cluster_test
+
+test-servers:
+	@scripts/test-servers.sh

@@ -33,12 +33,32 @@ var aclRules = []string{
 
 // setUser creates (or replaces) an ACL user on every node of c: ACLs are
 // per node, and a failover must not find a node without the user.
+//
+// Where the server has CLIENT SETINFO (Redis 7.2+, Valkey), the user also
+// gets +client|setinfo, as docs/acl.md says: rueidis sends it on every
+// new connection and, refused, fills the ACL LOG (TestTLSAndACL failed on
+// that log on Valkey 8.0.1 and Redis 7.4.1 without it). Redis 7.0 has no
+// such command and refuses the rule. Mutation: never adding it fails
+// TestTLSAndACL's ACL LOG check on those servers.
 func setUser(t *testing.T, ctx context.Context, c *redistest.Cluster, name string, rules ...string) {
 	t.Helper()
+	if hasClientSetInfo(t, ctx, c) {
+		rules = append(rules, "+client|setinfo")
+	}
 	for _, n := range c.Nodes() {
 		args := append([]string{"ACL", "SETUSER", name, "reset", "on", ">pw-" + name}, rules...)
 		require.NoError(t, n.Do(ctx, args...).Error(), "on %s", n.Addr())
 	}
+}
+
+// hasClientSetInfo asks the server whether it knows CLIENT SETINFO:
+// COMMAND INFO answers nil for a command it does not have.
+func hasClientSetInfo(t *testing.T, ctx context.Context, c *redistest.Cluster) bool {
+	t.Helper()
+	infos, err := c.Nodes()[0].Do(ctx, "COMMAND", "INFO", "CLIENT|SETINFO").ToArray()
+	require.NoError(t, err)
+	require.Len(t, infos, 1)
+	return !infos[0].IsNil()
 }
 
 // userClient is a cluster client over TLS that logs in as name.

@@ -49,24 +49,35 @@ func reply(err error) (*rueidis.RedisError, bool) {
 
 // Denied reports an error reply of the server's ACL. At top level Redis
 // answers NOPERM and names the command ("no permissions to run the 'set'
-// command") or says a key or channel was refused; inside a script Redis
+// command") or says a key or channel was refused. Inside a script Redis
 // 7.0 answers "The user executing the script can't run this command or
 // subcommand" (or "... access at least one of the keys", "... publish to
-// the channel") and names nothing: its ACL LOG does.
+// the channel") and names nothing: its ACL LOG does. Redis 7.2 and later
+// and Valkey answer "ACL failure in script: User u has no permissions to
+// run the 'pttl' command" (or "No permissions to access a key" / "a
+// channel"); TestTLSAndACL meets both forms on the servers CI runs.
 func Denied(err error) bool {
 	re, ok := reply(err)
 	if !ok {
 		return false
 	}
 	msg := re.Error()
-	return strings.HasPrefix(msg, "NOPERM") || strings.Contains(msg, "The user executing the script can't")
+	return strings.HasPrefix(msg, "NOPERM") || deniedInScript(msg)
+}
+
+// deniedInScript reports either server's words for a refusal inside a
+// script (Denied).
+func deniedInScript(msg string) bool {
+	return strings.Contains(msg, "The user executing the script can't") ||
+		strings.Contains(msg, "ACL failure in script")
 }
 
 // DeniedInScript reports an ACL refusal of a command a script ran, which
-// Redis does not name (Denied), and the script's line that ran it: Redis
-// ends a script's error with "on @user_script:N." (0 when it does not).
+// Redis 7.0 does not name (Denied), and the script's line that ran it:
+// Redis ends a script's error with "on @user_script:N." (0 when it does
+// not).
 func DeniedInScript(err error) (line int, ok bool) {
-	if !Denied(err) || !strings.Contains(err.Error(), "The user executing the script can't") {
+	if !Denied(err) || !deniedInScript(err.Error()) {
 		return 0, false
 	}
 	msg := err.Error()
