@@ -163,8 +163,9 @@ SERVER        ?=
 SERVER_PKGS   ?= . ./batch ./pipeline ./quorum ./internal/topology
 # The fault scenarios: failover (CLUSTER SHARDS after it differs per
 # server), pause, resharding and every migrating-slot test (ASK), shared
-# holds through faults, quorum. About 4 minutes on 2 cores.
-SERVER_FAULTS ?= ^(TestMasterFailover|TestLockAfterFailover|TestFencingAcrossFailover|TestMasterPaused|TestColdScriptCache|TestReshardingUnderLoad|TestSharedHoldsThroughFaults|TestQuorumUnderFaults)$$|Migrating
+# holds through faults, quorum, a client paused at its grant and past its
+# TTL. About 4 minutes on 2 cores.
+SERVER_FAULTS ?= ^(TestAPausedGranteeKeepsItsKeys|TestAHolderPausedPastItsTTL|TestMasterFailover|TestLockAfterFailover|TestFencingAcrossFailover|TestMasterPaused|TestColdScriptCache|TestReshardingUnderLoad|TestSharedHoldsThroughFaults|TestQuorumUnderFaults)$$|Migrating
 
 .PHONY: test-server test-servers
 test-server:
