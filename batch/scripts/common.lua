@@ -72,7 +72,8 @@ end
 
 -- Waiting across processes (docs/design.md, "Waiting in line across
 -- processes" and "Waiting by reservation across processes"). A waiter
--- that meets a held key joins the key's queue, two sorted sets in the key's slot: P{T}#q:K orders waiters
+-- that meets a held key joins the key's queue, two sorted sets in the
+-- key's slot: P{T}#q:K orders waiters
 -- (score: microseconds of server time; a waiter in line (join.lua) scores
 -- the time it first joined and is named by its token, a waiter by
 -- reservation (reserve.lua) scores its ticket and is named by its token,
