@@ -181,8 +181,8 @@ func TestBareFirstAttempt(t *testing.T) {
 // reservations (reserve.lua), which nobody else takes but which expire
 // by themselves within lockval.ReserveTTL of its last refresh, and it
 // stands in the middle key's line (a waiter that held keys while it
-// waited could deadlock with another, docs/design.md "Waiting by
-// reservation"); once the holder lets go, it gets every key.
+// waited could deadlock with another, docs/design.md, "Waiting by
+// reservation across processes"); once the holder lets go, it gets every key.
 func TestBareAttemptTrimmedWhileWaiting(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -102,7 +102,7 @@ func TestFencingTokensCarryTheEpoch(t *testing.T) {
 // BenchmarkFencingCost locks and releases K random keys with and without
 // fencing tokens, side by side in one run: the price of drawing a token
 // per slot (one CLUSTER INFO per call, a GET and a SET per slot). Run
-// with -count to alternate the rounds; docs/design.md has the numbers.
+// with -count to alternate the rounds.
 func BenchmarkFencingCost(b *testing.B) {
 	for _, k := range []int{1, 100} {
 		for _, fencing := range []bool{false, true} {

@@ -152,7 +152,7 @@ func (le *Lease) FencingToken(key string) (int64, bool) {
 		return 0, false
 	}
 	if le.set.KindOf(i) != protocol.Exclusive {
-		return 0, false // a shared grant or a permit: no token (docs/design.md)
+		return 0, false // a shared grant or a permit: no token (docs/design.md, "Shared keys and permits")
 	}
 	return le.fences[i], true
 }

@@ -20,7 +20,7 @@ import (
 )
 
 // Tests of waiting in line across Lockers (docs/design.md, "Waiting in
-// line"): a waiter joins the queue of the key it waits for, and a release
+// line across processes"): a waiter joins the queue of the key it waits for, and a release
 // of a marked key hands the key to the oldest live waiter as a
 // reservation that only that waiter takes.
 
@@ -310,8 +310,8 @@ func TestReleaseWithoutChannelRights(t *testing.T) {
 }
 
 func TestYoungerWaiterYieldsToAnOlder(t *testing.T) {
-	// Rule Y (cooperative wound-wait, docs/design.md "Waiting by
-	// reservation"): a waiter by reservation that holds a key reserved
+	// Rule Y (cooperative wound-wait, docs/design.md, "Waiting by
+	// reservation across processes"): a waiter by reservation that holds a key reserved
 	// while it waits for another gives the reserved one to an older
 	// waiter that asks, and waits for it again behind that one. Here the
 	// older waiter is made up (a queue entry and the request on the

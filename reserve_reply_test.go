@@ -14,8 +14,8 @@ import (
 
 // TestReserveReportsEachKey runs the engine's Reserve (reserve.lua on
 // every node, as a waiter by reservation sends it) and reads what it
-// reports per key (protocol.KeyReply, docs/proposals/direct-grant.md
-// 1.5): a free key reserved by the round, a held key with the entry the
+// reports per key (protocol.KeyReply, docs/design.md, "Waiting by
+// reservation across processes"): a free key reserved by the round, a held key with the entry the
 // waiter stands under (created by round 2, kept by round 3), and a key
 // reserved for the waiter by a later round (9), which the guard leaves
 // alone. The reservation names the round that wrote it. Mutation

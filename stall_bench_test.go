@@ -20,7 +20,7 @@ import (
 // the batches' rate. On a loaded machine the longest includes the server
 // being descheduled (plain SETs of a few microseconds then show there too),
 // so the p99 is the figure to read. docs/design.md ("A bound on one call's
-// server time") has the figures and the command.
+// server time") says what it bounds.
 func BenchmarkOthersStall(b *testing.B) {
 	for _, k := range []int{1_000, 10_000, 100_000} {
 		b.Run(fmt.Sprintf("K=%d", k), func(b *testing.B) {

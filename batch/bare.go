@@ -16,7 +16,8 @@ import (
 // where the script takes all of a node's keys in one call; the script
 // costs its master about a microsecond more per key. Above this bound the
 // client's extra CPU grew to 0.4-0.8 ms per 1,000-key batch for no gain in
-// batches/s on this project's 2-core machine (docs/design.md).
+// batches/s on this project's 2-core machine (docs/design.md, "A small
+// plain batch tries bare SETs first").
 const BareMax = 256
 
 // bareSkipAfterMiss is how many first attempts skip takeBare after one

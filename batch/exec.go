@@ -73,7 +73,7 @@ func (e *Engine) exec(ctx context.Context, calls []call, jobs []job, w *waitAfte
 		// One node, healthy as far as we know: call it from this
 		// goroutine. Handing the call to another goroutine and back costs
 		// two scheduler wake-ups (a single-key lock and release took 235
-		// instead of 150 µs; docs/design.md has the command). rueidis honours ctx on
+		// instead of 150 µs; BenchmarkOneKey/goroutines=1). rueidis honours ctx on
 		// a live connection; the one wait it does not bound by ctx is for
 		// a redial in progress, which follows a failed call: the node is
 		// then troubled and takes the goroutine path below for a while.

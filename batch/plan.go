@@ -60,8 +60,8 @@ type call struct {
 // alone: every other client of that node waits while it runs, and the
 // acquire script costs the node a few microseconds per key. Without a
 // bound, locking 100,000 keys held each master for one call of 33,000
-// keys, and another client's GET waited up to 213 ms (BenchmarkOthersStall,
-// docs/design.md). A node's keys beyond the bound go in more calls of the
+// keys, and another client's GET waited up to 213 ms (BenchmarkOthersStall;
+// docs/design.md, "A bound on one call's server time"). A node's keys beyond the bound go in more calls of the
 // same pipelined round trip: Redis reads a pipeline in chunks and serves
 // other clients between them. Each call is all or nothing (or a prefix)
 // by itself; the protocol already treats calls that succeed while others

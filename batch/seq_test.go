@@ -16,8 +16,8 @@ import (
 	"github.com/slotlock/slotlock/slot"
 )
 
-// The seq of a waiter by reservation's calls (docs/proposals/direct-grant.md,
-// section 1) in the scripts' and the inbox's parsers.
+// The seq of a waiter by reservation's calls (docs/design.md, "Waiting by
+// reservation across processes") in the scripts' and the inbox's parsers.
 
 // seqNode is one master and a lock key of a slot it owns, with the key's
 // queue keys, for script-level tests.
@@ -199,8 +199,8 @@ func (s seqNode) deadline(ctx context.Context, member string) float64 {
 func inboxIn(k, id string) string { return k[:strings.IndexByte(k, '}')+1] + "#in:" + id }
 
 // TestReserveNamesItsCalls: reserve.lua names the call that wrote a
-// reservation or created a queue entry (docs/proposals/direct-grant.md,
-// 1.2-1.3, 1.5). A free key, r:7: the reservation names call 7, code 0.
+// reservation or created a queue entry (docs/design.md, "What slotlock
+// keeps in Redis"). A free key, r:7: the reservation names call 7, code 0.
 // A key held by another, r:7: entry 'w/7 inbox', code 7; r:9 on it: the
 // same entry (member and score), code 7, its deadline pushed on. An entry
 // of its own under another inbox, 'w/3 inbox0', is replaced by 'w/9

@@ -5,7 +5,7 @@ import "sync"
 // workers runs the node calls of multi-node operations (see exec) on
 // goroutines kept between operations. A goroutine started for each call
 // grows its stack through rueidis's call chain every time: newstack and
-// copystack were 6% of the client's CPU at K = 100 (docs/design.md). A
+// copystack were 6% of the client's CPU at K = 100. A
 // kept goroutine has grown once. A call that hangs (a paused node) keeps
 // its goroutine busy and out of the idle list; later calls get others.
 type workers struct {

@@ -100,8 +100,7 @@ var (
 // 1 ms one Locker keeps less than one core busy, and a split that costs
 // up to twice its CPU per batch has room to: there the ratios of one
 // Locker per worker and of 4 × 4 processes say how waiters are ordered
-// across Lockers. 16 × 1 keeps both cores busy at 1 ms too (docs/design.md,
-// "Where this machine stops being the bound").
+// across Lockers. 16 × 1 keeps both cores busy at 1 ms too.
 const (
 	ContendedK   = 10
 	ContendedW   = 16

@@ -96,9 +96,9 @@ func (h *slotlockHeld) Check(ctx context.Context) error {
 	}
 	token := h.lease.Token()
 	// A waiter may have marked one of our keys with "!" (slotlock's wake-up
-	// request), and a lease granted directly holds its keys as
-	// reservations naming it until its first renewal (docs/design.md, "The
-	// direct grant"): the key is still ours, and lockval.HeldBy says so.
+	// request): the key is still ours, and lockval.HeldBy says so. A
+	// reservation is never a lease's, even one naming its token
+	// (docs/design.md, "What slotlock keeps in Redis").
 	return checkValues(ctx, h.c.env.probe, lockKeys, func(_ int, v string, found bool) bool {
 		return found && lockval.HeldBy(v, token)
 	})

@@ -597,7 +597,7 @@ func TestLargeBatchAgainstEightProcesses(t *testing.T) {
 	// A 1,000-key batch while 8 separate processes hammer its keys with
 	// batches of 1-5 (each process one client and one Locker, holding 1
 	// ms): it completes within the bound docs/design.md states for it
-	// ("Waiting in line": 2 s; measured 55-75 ms).
+	// ("The wait bound": 2 s; measured 55-75 ms).
 	e := newEnv(t, 3*time.Minute)
 	e.waitReady()
 	ctx := e.ctx

@@ -153,7 +153,8 @@ func (e *env) lockKeys(ctx context.Context) (map[string]lockKey, error) {
 
 // heldKey reads key k of m when it holds something: a lock key (exclusive
 // or shared), a shared key's holders set (P{T}#s:K) or a permit hash
-// (P{T}#p:R), the storage of docs/design.md. Fencing counters, hold
+// (P{T}#p:R), the storage of docs/design.md ("What slotlock keeps in
+// Redis"). Fencing counters, hold
 // counts, lines and inboxes are not holds: ok is false for them, and for a
 // key that expired since the listing.
 func (e *env) heldKey(ctx context.Context, m *redistest.Node, k string) (lk lockKey, ok bool, err error) {

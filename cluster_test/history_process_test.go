@@ -15,8 +15,9 @@ import (
 // delayingClient delivers every pub/sub message of Receive a random 0 to
 // msgDelay late, each on its own timer: messages overtake each other, and
 // a hand-off can arrive after the waiter's next rounds ran (the key given
-// away, the waiter in line again under a newer entry: case (b) of
-// docs/proposals/direct-grant.md 2.4). Deliveries are serialized, as
+// away, the waiter in line again under a newer entry: the stale message
+// rule F drops, docs/design.md, "Waiting by reservation across
+// processes"). Deliveries are serialized, as
 // rueidis's are. With callDelay, one call in four (Do, DoMulti, through
 // the client or a node's client of Nodes) waits a random 0 to callDelay
 // before it is sent: a slow network or a paused process, which reorders

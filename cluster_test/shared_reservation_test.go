@@ -17,7 +17,7 @@ import (
 
 func TestSharedKeyHandedToAWaiterByReservationInAnotherProcess(t *testing.T) {
 	// Waiting by reservation beside shared keys, across OS processes
-	// (docs/design.md, "With shared keys and permits"): two readers in
+	// (docs/design.md, "Why no deadlock still holds"): two readers in
 	// this process hold k shared; a contender process locks {a, k}
 	// exclusively and waits by reservation: it reserves a, stands in k's
 	// line by its inbox entry and marks k. A reader that comes then is

@@ -13,7 +13,7 @@
 --   ticket  that acquisition's age: server time in microseconds, decimal
 --   seq     the call of that acquisition the reservation rests on: the
 --           reserve call that wrote it, or the call that created the queue
---           entry a hand-off popped (docs/proposals/direct-grant.md, 1.2);
+--           entry a hand-off popped;
 --           decimal, 1 to 15 digits; absent (seq 0) in a value written by
 --           an older version
 --   inbox   the sharded channel its Locker listens on, on this node
@@ -70,9 +70,10 @@ local function publish(ch, msg)
   return redis.pcall('SPUBLISH', ch, msg)
 end
 
--- Waiting across processes (docs/design.md, "Waiting in line" and
--- "Waiting by reservation"). A waiter that meets a held key joins the
--- key's queue, two sorted sets in the key's slot: P{T}#q:K orders waiters
+-- Waiting across processes (docs/design.md, "Waiting in line across
+-- processes" and "Waiting by reservation across processes"). A waiter
+-- that meets a held key joins the key's queue, two sorted sets in the
+-- key's slot: P{T}#q:K orders waiters
 -- (score: microseconds of server time; a waiter in line (join.lua) scores
 -- the time it first joined and is named by its token, a waiter by
 -- reservation (reserve.lua) scores its ticket and is named by its token,
@@ -283,8 +284,8 @@ end
 -- ticket, token/seq and inbox, and woken on its inbox by a message naming
 -- token/seq: the seq is the call that created the entry, carried unchanged
 -- (whatever precedes the space is copied), so that the waiter can tell
--- this hand-off from one of an older entry of its own
--- (docs/proposals/direct-grant.md, 1.3-1.4); a waiter in line (its entry
+-- this hand-off from one of an older entry of its own (rule F,
+-- internal/protocol/evidence.go); a waiter in line (its entry
 -- is its token) on the key's channel.
 -- now is the server's time in ms (now_ms), read once by a caller that
 -- hands off several keys; nil reads it here.
@@ -298,7 +299,7 @@ end
 -- RESERVE_MS for a waiter that will not come; a live one joins again at
 -- its next refresh under its old ticket. Each message is published after
 -- the reservation it announces is written (a waiter takes a hand-off
--- message as evidence that the key is its: docs/proposals/direct-grant.md),
+-- message as evidence that the key is its: internal/protocol/evidence.go),
 -- so passing over rewrites the key for the next waiter in the same call.
 -- A publish that fails (no channel rights, an inbox slot this node no
 -- longer serves) says nothing, and the waiter keeps the key, as when

@@ -1,7 +1,7 @@
 -- reserve: wait by reservation (docs/design.md, "Waiting by reservation
--- across processes"; the seq and the guard: docs/proposals/direct-grant.md,
--- section 1). A waiting acquisition holds no lock key: it reserves every
--- key it can, and stands in the queue of every other one. Nothing here
+-- across processes", which also states the seq and the guard). A waiting
+-- acquisition holds no lock key: it reserves every key it can, and
+-- stands in the queue of every other one. Nothing here
 -- grants anything: when its own evidence (the replies of these calls, and
 -- hand-off messages naming them: internal/protocol/evidence.go) says every
 -- key is reserved for it, the waiter sends acquire.lua mode 'c' (the

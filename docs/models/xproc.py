@@ -1,5 +1,6 @@
 """Discrete-event model of cross-process waiting policies for slotlock
-(issue 15), written to choose a design: docs/proposals/waiting-by-reservation.md.
+(issue 15), written to choose a design; the one built is docs/design.md,
+"Waiting by reservation across processes".
 Run: python3 docs/models/xproc.py, then the same with the arguments
 "4000 shapes" and "4000 big" (the three outputs, in that order:
 docs/models/xproc-output.txt).
@@ -47,7 +48,7 @@ Policies
             call that created the entry it popped, replies report the
             entry a waiter stands under, and a message naming an older
             entry than the latest report is ignored (rule F of
-            docs/proposals/direct-grant.md). coop and coop-lazy instead
+            internal/protocol/evidence.go). coop and coop-lazy instead
             read the server's state when a message arrives.
   coop-naive  coop-seq trusting every message. This model has no
             reservation expiry, no lost replies and no pauses, and a
@@ -75,7 +76,7 @@ class Sim:
         # message arrives (an oracle: what coop and coop-lazy assume);
         # 'floor', it trusts a message only if the entry it names was
         # created no earlier than the entry its latest reply reported
-        # (docs/proposals/direct-grant.md, rule F); 'naive', it trusts
+        # (rule F, internal/protocol/evidence.go); 'naive', it trusts
         # every message (the mutation rule F must catch).
         self.seqrule = seq
         self.entry = {}       # (key, wid) -> gen of the call that created the entry

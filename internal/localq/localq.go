@@ -10,8 +10,7 @@
 // are reserved, nobody else is granted them, so it is served as soon as
 // their holders leave, and every waiter becomes the oldest in its turn (no
 // starvation). Holding a prefix in canonical order, the first design, kept
-// FIFO per key but left batches idle behind waiters that could not run yet:
-// docs/design.md has the measurements.
+// FIFO per key but left batches idle behind waiters that could not run yet.
 //
 // The table is an optimisation and never the authority: Redis decides who
 // holds a key. That is why a waiter may take a key over from a holder whose

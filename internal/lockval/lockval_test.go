@@ -142,7 +142,7 @@ func TestQueueWaiter(t *testing.T) {
 }
 
 // TestParseReservedWithSeq: the seq of a waiter by reservation's value
-// (docs/proposals/direct-grant.md, 1.2) is cut off the waiter, so that the
+// (docs/design.md, "What slotlock keeps in Redis") is cut off the waiter, so that the
 // waiter is the lease token every ownership test compares with.
 func TestParseReservedWithSeq(t *testing.T) {
 	for _, c := range []struct {

@@ -36,7 +36,7 @@ type Queuer interface {
 	// leaves every queue. seq numbers the acquisition's Reserve rounds
 	// (1, 2, ... in the order they are sent): every reservation and queue
 	// entry the round writes names it, and a key reserved for r.Who by a
-	// later round is left alone (docs/proposals/direct-grant.md, 1.5).
+	// later round is left alone (the guard of reserve.lua).
 	Reserve(ctx context.Context, set *Set, r *Request, ticket string, seq int64, leave bool) Reservations
 }
 
@@ -184,8 +184,8 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 				// (a confirm that granted), could hand a key of the
 				// lease to an older waiter: not under this token. (The
 				// guard of reserve.lua covers reservations only, and rule
-				// L only the evidence: a held key is case (c2) of
-				// docs/proposals/direct-grant.md.)
+				// L only the evidence: a key in held form, such as the
+				// first attempt's, is covered by neither.)
 				return leave(fmt.Errorf("%w: %w", ErrUnsettled, res.Err))
 			}
 			if res.Err != nil {

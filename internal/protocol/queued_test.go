@@ -8,8 +8,9 @@ import (
 	"github.com/slotlock/slotlock/slot"
 )
 
-// staleQueuer is a Queuer over one key whose waiter meets case (b) of
-// docs/proposals/direct-grant.md 2.4: round 1 queues it under entry 1,
+// staleQueuer is a Queuer over one key whose waiter meets a stale
+// hand-off (rule F, docs/design.md, "Waiting by reservation across
+// processes"): round 1 queues it under entry 1,
 // which a release pops (the hand-off naming round 1 is delayed), the
 // reservation lapses unused and another takes the key; round 2 (sent on a
 // yield request) finds the key taken and stands under a new entry, 2.

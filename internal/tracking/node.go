@@ -17,7 +17,8 @@ import (
 // on a new connection, while the deadlines and the watchdog cover them.
 // The reconnect backoff is its own curve, not protocol.Backoff (1 to 64 ms,
 // for a moved slot): a node that cannot be reached is retried up to 4 times
-// a second, and the failover figure in docs/design.md depends on that cap.
+// a second, and how soon a loss is seen after a failover depends on that
+// cap.
 const (
 	readTimeout = time.Second
 	minBackoff  = 10 * time.Millisecond

@@ -304,7 +304,7 @@ func (t *Tracker) run() {
 // tracking connections: a loss in a lease's first registerDelay is seen
 // at the read, up to registerDelay plus a round trip after it happened.
 // Lock and release of 1,000 keys on loopback cost the client about 0.35 ms
-// of CPU and each master a GET per key without it (docs/design.md).
+// of CPU and each master a GET per key without it.
 const registerDelay = 20 * time.Millisecond
 
 // routeLoop sends keys to their master's connection, reading the slot map

@@ -3,8 +3,8 @@
 // CPU, and the masters' command time per batch (INFO commandstats), for
 // slotlock and for the raw pipeline (SET NX PX, then DEL, no owner check),
 // in alternating runs so that a burst of load from other programs hits
-// both. It is the probe behind the before/after figures of docs/design.md:
-// run it at two revisions (it measures the library of the tree it is in).
+// both. It is the probe for before/after comparisons of a change: run it
+// at two revisions (it measures the library of the tree it is in).
 //
 //	cd bench && SLOTLOCK_CLUSTER=process go run ./cmd/phases -k 100 -n 2000 -rounds 16
 //

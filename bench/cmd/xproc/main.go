@@ -6,8 +6,8 @@
 // conflicts). With -hot large the same workers rarely collide, which
 // shows what separate processes cost with no waiting at all: the
 // ceiling that no protocol for waiters can pass on the same machine
-// (docs/design.md, "Waiting by reservation across processes", cost per
-// contended batch). Reset INFO commandstats on the masters before a run
+// (docs/design.md, "Waiting by reservation across processes", is the
+// protocol it measures). Reset INFO commandstats on the masters before a run
 // and divide by the batches it prints to get Redis commands per batch.
 //
 //	cd bench && go run ./cmd/xproc -addrs 127.0.0.1:7000 -procs 16 -w 16 -hot 200
