@@ -117,6 +117,17 @@ func (e *Engine) Wait(ctx context.Context, set *protocol.Set, i int, c protocol.
 	return e.waker.wait(ctx, at, c.TTL, attempt, limit)
 }
 
+// Leave takes r.Who out of key i's line and gives the key back if a
+// release handed it over meanwhile (leave.lua, protocol.Strategy). A
+// permit has no line.
+func (e *Engine) Leave(ctx context.Context, set *protocol.Set, i int, r *protocol.Request) {
+	if set.KindOf(i) == protocol.Permit {
+		return
+	}
+	q, qd := set.QueueKeys(i)
+	e.waker.leave(ctx, line{lock: set.Lock[i], queue: q, deadlines: qd, waiter: waiterOf(r.Who), cleanup: r.CleanupTimeout})
+}
+
 // waiterOf is the name under which an acquisition waits in line and is
 // handed keys: its lease token (waiter in acquire.lua).
 func waiterOf(who protocol.Who) string {

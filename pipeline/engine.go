@@ -39,6 +39,10 @@ func (e *Engine) Wait(ctx context.Context, _ *protocol.Set, _ int, c protocol.Co
 	return protocol.SleepCtx(ctx, min(waitFor(c.TTL, attempt), limit))
 }
 
+// Leave does nothing: a script-free waiter stands in no line
+// (protocol.Strategy).
+func (e *Engine) Leave(context.Context, *protocol.Set, int, *protocol.Request) {}
+
 // Release deletes, owner-checked, the lock keys idx (ascending set indexes;
 // nil means all) that who still holds: a key whose value is who's token,
 // with or without a waiter's mark; a marked key's release publishes the

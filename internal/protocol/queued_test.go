@@ -43,6 +43,7 @@ func (f *staleQueuer) Extend(context.Context, *Set, []int, Who, time.Duration) O
 func (f *staleQueuer) Wait(context.Context, *Set, int, Conflict, *Request, int, time.Duration) error {
 	return nil
 }
+func (f *staleQueuer) Leave(context.Context, *Set, int, *Request)     {}
 func (f *staleQueuer) RefreshesHeld() bool                            { return true }
 func (f *staleQueuer) Queues(*Set, *Request) bool                     { return true }
 func (f *staleQueuer) Contended() bool                                { return true }

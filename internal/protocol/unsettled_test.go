@@ -74,6 +74,8 @@ func (f *lateStrategy) Wait(_ context.Context, _ *Set, i int, _ Conflict, _ *Req
 	return nil
 }
 
+func (f *lateStrategy) Leave(context.Context, *Set, int, *Request) {}
+
 func (f *lateStrategy) RefreshesHeld() bool { return true }
 
 // TestNoGrantAfterAnUnsettledTrim: a trim whose reply was lost may run
