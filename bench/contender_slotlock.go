@@ -92,13 +92,14 @@ func (a *slotlockAcquirer) Lock(ctx context.Context, keys []string) (Held, error
 // KindWait; a wait that runs out is ErrNotAcquired. owner is the worker's
 // owner identity (KindReentrant), names the keyspace's names.
 func (a *slotlockAcquirer) Ask(ctx context.Context, ask KindAsk, owner string, name func(int) string) (Held, error) {
-	req := slotlock.Request{Wait: KindWait}
+	var exclusive, shared []string
 	for _, i := range ask.Exclusive {
-		req.Exclusive = append(req.Exclusive, name(i))
+		exclusive = append(exclusive, name(i))
 	}
 	for _, i := range ask.Shared {
-		req.Shared = append(req.Shared, name(i))
+		shared = append(shared, name(i))
 	}
+	req := slotlock.Request{Exclusive: exclusive, Shared: shared, Wait: KindWait}
 	for _, p := range ask.Permits {
 		req.Permits = append(req.Permits, slotlock.Permit{Resource: PermitName(p.Resource), Units: int64(p.Units), Limit: PermitLimit})
 	}
@@ -109,7 +110,7 @@ func (a *slotlockAcquirer) Ask(ctx context.Context, ask KindAsk, owner string, n
 	if err != nil {
 		return nil, err
 	}
-	return &slotlockHeld{c: a.c, lease: lease, exclusive: req.Exclusive, shared: req.Shared, asked: true}, nil
+	return &slotlockHeld{c: a.c, lease: lease, exclusive: exclusive, shared: shared, asked: true}, nil
 }
 
 type slotlockHeld struct {
