@@ -335,6 +335,10 @@ type Run struct {
 	// Observe runs another client's GETs during each timed round (see
 	// observer) and reports their latency in Result.Others.
 	Observe bool
+	// For, when set, makes each round of Bench last that long whatever
+	// b.N (a kind cell: a request may take KindWait, and testing.B's
+	// growing rounds would each wait for the slowest).
+	For time.Duration
 	// Last is the result of the latest round.
 	Last Result
 }
@@ -444,7 +448,12 @@ func (r *Run) Bench(ctx context.Context, b *testing.B) {
 	}
 	ru0, ww0, m0, t0 := ProcessCPU(), r.env.Wire.Writes.Load(), MachineCPU(), time.Now()
 	b.ResetTimer()
-	res := r.round(ctx, b.N, false)
+	n := b.N
+	if r.For > 0 {
+		r.until, n = time.Now().Add(r.For), int(^uint(0)>>1)
+		defer func() { r.until = time.Time{} }()
+	}
+	res := r.round(ctx, n, false)
 	b.StopTimer()
 	res.ClientCPU = ProcessCPU() - ru0
 	res.MachineBusy = busySince(m0, t0)
@@ -497,11 +506,15 @@ func (r *Run) roundSamples(ctx context.Context, n int, check bool) (Result, []ti
 		stop       atomic.Bool
 		violations atomic.Int64
 		ranOut     atomic.Int64
-		mu         sync.Mutex
-		errs       []error
-		lat        = make([][]time.Duration, r.cell.W)
-		wait       = make([][]time.Duration, r.cell.W)
-		wg         sync.WaitGroup
+		late       atomic.Int64
+		// window: a kind cell that runs until a time counts the grants
+		// within it, over it (a request may wait KindWait past it).
+		window = r.cell.Kind != "" && !r.until.IsZero()
+		mu     sync.Mutex
+		errs   []error
+		lat    = make([][]time.Duration, r.cell.W)
+		wait   = make([][]time.Duration, r.cell.W)
+		wg     sync.WaitGroup
 	)
 	fail := func(err error) {
 		mu.Lock()
@@ -533,6 +546,9 @@ func (r *Run) roundSamples(ctx context.Context, n int, check bool) (Result, []ti
 				if b.done {
 					lat[w] = append(lat[w], b.lat)
 					wait[w] = append(wait[w], b.wait)
+					if window && b.grantedAt.After(r.until) {
+						late.Add(1)
+					}
 				}
 				if b.stop {
 					return
@@ -547,8 +563,11 @@ func (r *Run) roundSamples(ctx context.Context, n int, check bool) (Result, []ti
 	}
 	allLat, allWaits := slices.Concat(lat...), slices.Concat(wait...)
 	res.Latency = distOf(allLat)
-	res.Batches = len(allWaits)
+	res.Batches = len(allWaits) - int(late.Load())
 	res.Wait = distOf(allWaits)
+	if window && r.until.After(start) {
+		res.Elapsed = r.until.Sub(start)
+	}
 	return res, allLat, allWaits
 }
 
@@ -559,7 +578,9 @@ type batchResult struct {
 	lat, wait  time.Duration
 	done, stop bool
 	// ranOut: a kind cell's request whose wait ran out (not done).
-	ranOut     bool
+	ranOut bool
+	// grantedAt is when Lock returned.
+	grantedAt  time.Time
 	violations int
 	err        error
 }
@@ -606,7 +627,7 @@ func (r *Run) batch(ctx context.Context, w int, check bool) batchResult {
 		res.err, res.stop = errors.Join(res.err, fmt.Errorf("worker %d: release: %w", w, err)), true
 		return res
 	}
-	res.lat, res.wait, res.done = t1.Sub(t0)+t3.Sub(t2), t1.Sub(t0), true
+	res.lat, res.wait, res.done, res.grantedAt = t1.Sub(t0)+t3.Sub(t2), t1.Sub(t0), true, t1
 	return res
 }
 
@@ -756,6 +777,6 @@ func (r *Run) kindBatch(ctx context.Context, w int, check bool) batchResult {
 		res.err, res.stop = errors.Join(res.err, fmt.Errorf("worker %d: release: %w", w, err)), true
 		return res
 	}
-	res.lat, res.wait, res.done = t1.Sub(t0)+t3.Sub(t2), t1.Sub(t0), true
+	res.lat, res.wait, res.done, res.grantedAt = t1.Sub(t0)+t3.Sub(t2), t1.Sub(t0), true, t1
 	return res
 }

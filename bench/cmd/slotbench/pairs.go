@@ -78,6 +78,11 @@ func pairsReserve(cfg config) time.Duration {
 			if t.A.Procs > 0 || t.B.Procs > 0 {
 				each += 500 * time.Millisecond
 			}
+			// A kind cell ends when its last request is granted or gives
+			// up, up to bench.KindWait after its time.
+			if t.A.Kind != "" {
+				each += bench.KindWait / 2
+			}
 		}
 		d += time.Duration(t.rounds(cfg)) * 2 * each
 	}
