@@ -143,3 +143,15 @@ const KindRTT = FarRTT
 func KindCells() []Cell {
 	return []Cell{KindCell(KindPermits, KindRTT, 0), KindCell(KindPermits, KindRTT, KindProcs)}
 }
+
+// KindRequests returns a source of the requests a worker of a kind cell
+// makes, drawn over the keys numbered 0 to hot-1 (k keys for the kinds of
+// K exclusive keys), for tools that run the kinds on their own
+// (cmd/xproc).
+func KindRequests(kind string, k, hot int, seed uint64) func() KindAsk {
+	d := newKindDraw(seed)
+	keys := rand.New(rand.NewPCG(seed, samplerStream))
+	return func() KindAsk {
+		return d.ask(kind, k, func(n int) []int { return keys.Perm(hot)[:n] })
+	}
+}
