@@ -165,7 +165,8 @@ func ProcCells(rtt time.Duration) []Cell {
 
 // Matrix lists every cell: uncontended by round trip, K, then W, then
 // contender (so that the contenders of one K and W run close in time),
-// then contended, then the process cells.
+// then contended, then the process cells, then the kind cells of the
+// matrix (KindCells).
 func Matrix() []Cell {
 	var out []Cell
 	for _, rtt := range RTTs {
