@@ -34,6 +34,10 @@ type Cell struct {
 	// MaxProcs > 0 starts each of those processes with GOMAXPROCS set to
 	// it (0: Go's default, every CPU of the machine). See SharedMaxProcs.
 	MaxProcs int
+	// Kind, when set, is the kind of lease a slotlock cell's workers take
+	// (KindPlain, KindMixed, ...: kinds.go), each request with a bounded
+	// wait.
+	Kind string
 }
 
 // Mode is "contended" or "uncontended".
@@ -58,6 +62,9 @@ func (c Cell) Name() string {
 	}
 	if c.MaxProcs > 0 {
 		s += fmt.Sprintf("/gomaxprocs=%d", c.MaxProcs)
+	}
+	if c.Kind != "" {
+		s += "/kind=" + c.Kind
 	}
 	return s
 }
@@ -157,7 +164,8 @@ func ProcCells(rtt time.Duration) []Cell {
 
 // Matrix lists every cell: uncontended by round trip, K, then W, then
 // contender (so that the contenders of one K and W run close in time),
-// then contended, then the process cells.
+// then contended, then the process cells, then the kind cells of the
+// matrix (KindCells).
 func Matrix() []Cell {
 	var out []Cell
 	for _, rtt := range RTTs {
@@ -182,7 +190,7 @@ func Matrix() []Cell {
 	for _, rtt := range ProcRTTs {
 		out = append(out, ProcCells(rtt)...)
 	}
-	return out
+	return append(out, KindCells()...)
 }
 
 // SharedMaxProcs is the GOMAXPROCS that gives each of procs processes its
@@ -274,6 +282,10 @@ type Result struct {
 	// because the contender made no progress on a free key (see
 	// StallAfter).
 	Stalls int64
+	// RanOut counts the requests of a kind cell whose wait (KindWait) ran
+	// out: not granted, not an error, and not in Batches, Latency or
+	// Wait.
+	RanOut int
 	Err    error
 }
 
@@ -304,6 +316,8 @@ type Run struct {
 	con      Contender
 	acqs     []Acquirer
 	samplers []*sampler
+	// draws size the requests of a kind cell, one per worker.
+	draws    []*kindDraw
 	excl     *exclusion
 	verified bool
 	// Timeout bounds one round: a stuck lock fails the cell instead of
@@ -321,6 +335,10 @@ type Run struct {
 	// Observe runs another client's GETs during each timed round (see
 	// observer) and reports their latency in Result.Others.
 	Observe bool
+	// For, when set, makes each round of Bench last that long whatever
+	// b.N (a kind cell: a request may take KindWait, and testing.B's
+	// growing rounds would each wait for the slowest).
+	For time.Duration
 	// Last is the result of the latest round.
 	Last Result
 }
@@ -346,6 +364,10 @@ func (e *Env) newRun(ctx context.Context, cell Cell, f Factory) (*Run, error) {
 // cell, on the keyspace as it is.
 func (e *Env) setupRun(cell Cell, f Factory, firstWorker int) (*Run, error) {
 	e = e.WithRTT(cell.RTT)
+	e.kind = cell.Kind
+	if cell.Kind != "" && !IsKind(cell.Kind) {
+		return nil, fmt.Errorf("bench: %s: no kind %q", cell.Name(), cell.Kind)
+	}
 	con, err := f.New(e, cell.W)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %s: %w", cell.Contender, err)
@@ -360,6 +382,7 @@ func (e *Env) setupRun(cell Cell, f Factory, firstWorker int) (*Run, error) {
 	for w := range cell.W {
 		r.acqs = append(r.acqs, con.Acquirer(w))
 		seed := uint64(r.firstWorker+w)<<32 | uint64(cell.K)
+		r.draws = append(r.draws, newKindDraw(seed))
 		if cell.Hot > 0 {
 			r.samplers = append(r.samplers, newSampler(names, seed, 0, 1, cell.Hot))
 		} else {
@@ -425,7 +448,12 @@ func (r *Run) Bench(ctx context.Context, b *testing.B) {
 	}
 	ru0, ww0, m0, t0 := ProcessCPU(), r.env.Wire.Writes.Load(), MachineCPU(), time.Now()
 	b.ResetTimer()
-	res := r.round(ctx, b.N, false)
+	n := b.N
+	if r.For > 0 {
+		r.until, n = time.Now().Add(r.For), int(^uint(0)>>1)
+		defer func() { r.until = time.Time{} }()
+	}
+	res := r.round(ctx, n, false)
 	b.StopTimer()
 	res.ClientCPU = ProcessCPU() - ru0
 	res.MachineBusy = busySince(m0, t0)
@@ -477,11 +505,16 @@ func (r *Run) roundSamples(ctx context.Context, n int, check bool) (Result, []ti
 		next       atomic.Int64
 		stop       atomic.Bool
 		violations atomic.Int64
-		mu         sync.Mutex
-		errs       []error
-		lat        = make([][]time.Duration, r.cell.W)
-		wait       = make([][]time.Duration, r.cell.W)
-		wg         sync.WaitGroup
+		ranOut     atomic.Int64
+		late       atomic.Int64
+		// window: a kind cell that runs until a time counts the grants
+		// within it, over it (a request may wait KindWait past it).
+		window = r.cell.Kind != "" && !r.until.IsZero()
+		mu     sync.Mutex
+		errs   []error
+		lat    = make([][]time.Duration, r.cell.W)
+		wait   = make([][]time.Duration, r.cell.W)
+		wg     sync.WaitGroup
 	)
 	fail := func(err error) {
 		mu.Lock()
@@ -504,12 +537,18 @@ func (r *Run) roundSamples(ctx context.Context, n int, check bool) (Result, []ti
 			for !stop.Load() && next.Add(1) <= int64(n) && (r.until.IsZero() || time.Now().Before(r.until)) {
 				b := r.batch(ctx, w, check)
 				violations.Add(int64(b.violations))
+				if b.ranOut {
+					ranOut.Add(1)
+				}
 				if b.err != nil {
 					fail(b.err)
 				}
 				if b.done {
 					lat[w] = append(lat[w], b.lat)
 					wait[w] = append(wait[w], b.wait)
+					if window && b.grantedAt.After(r.until) {
+						late.Add(1)
+					}
 				}
 				if b.stop {
 					return
@@ -518,14 +557,17 @@ func (r *Run) roundSamples(ctx context.Context, n int, check bool) (Result, []ti
 		})
 	}
 	wg.Wait()
-	res := Result{Cell: r.cell, Elapsed: time.Since(start), Violations: int(violations.Load()), Stalls: stalls() - stalls0, Err: errors.Join(errs...)}
+	res := Result{Cell: r.cell, Elapsed: time.Since(start), Violations: int(violations.Load()), Stalls: stalls() - stalls0, RanOut: int(ranOut.Load()), Err: errors.Join(errs...)}
 	if res.Err != nil && res.Stalls > 0 {
 		res.Err = fmt.Errorf("%w (after %d stalled acquisitions, each abandoned after %v)", res.Err, res.Stalls, StallAfter)
 	}
 	allLat, allWaits := slices.Concat(lat...), slices.Concat(wait...)
 	res.Latency = distOf(allLat)
-	res.Batches = len(allWaits)
+	res.Batches = len(allWaits) - int(late.Load())
 	res.Wait = distOf(allWaits)
+	if window && r.until.After(start) {
+		res.Elapsed = r.until.Sub(start)
+	}
 	return res, allLat, allWaits
 }
 
@@ -535,6 +577,10 @@ func (r *Run) roundSamples(ctx context.Context, n int, check bool) (Result, []ti
 type batchResult struct {
 	lat, wait  time.Duration
 	done, stop bool
+	// ranOut: a kind cell's request whose wait ran out (not done).
+	ranOut bool
+	// grantedAt is when Lock returned.
+	grantedAt  time.Time
 	violations int
 	err        error
 }
@@ -543,6 +589,9 @@ type batchResult struct {
 // exclusion checker (and, with check, read them back from Redis),
 // release.
 func (r *Run) batch(ctx context.Context, w int, check bool) batchResult {
+	if r.cell.Kind != "" {
+		return r.kindBatch(ctx, w, check)
+	}
 	var res batchResult
 	acq, s := r.acqs[w], r.samplers[w]
 	keys, idx := s.next(r.cell.K)
@@ -578,7 +627,7 @@ func (r *Run) batch(ctx context.Context, w int, check bool) batchResult {
 		res.err, res.stop = errors.Join(res.err, fmt.Errorf("worker %d: release: %w", w, err)), true
 		return res
 	}
-	res.lat, res.wait, res.done = t1.Sub(t0)+t3.Sub(t2), t1.Sub(t0), true
+	res.lat, res.wait, res.done, res.grantedAt = t1.Sub(t0)+t3.Sub(t2), t1.Sub(t0), true, t1
 	return res
 }
 
@@ -667,4 +716,67 @@ func ProcessCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// asker is an Acquirer that takes the requests of kind cells (the
+// slotlock contenders): Ask waits at most KindWait, and a wait that runs
+// out is slotlock.ErrNotAcquired.
+type asker interface {
+	Ask(ctx context.Context, ask KindAsk, owner string, name func(int) string) (Held, error)
+}
+
+// kindBatch is batch for a kind cell: one request drawn for the kind,
+// through Ask; its holds claimed as the kind says (exclusion.claimAsk). A
+// wait that ran out is counted, not failed.
+func (r *Run) kindBatch(ctx context.Context, w int, check bool) batchResult {
+	var res batchResult
+	acq, ok := r.acqs[w].(asker)
+	if !ok {
+		res.err, res.stop = fmt.Errorf("bench: %s: contender %s takes no kind requests", r.cell.Name(), r.cell.Contender), true
+		return res
+	}
+	s := r.samplers[w]
+	ask := r.draws[w].ask(r.cell.Kind, r.cell.K, func(n int) []int {
+		_, idx := s.next(n)
+		return slices.Clone(idx)
+	})
+	owner := fmt.Sprintf("worker%d", r.firstWorker+w)
+	t0 := time.Now()
+	h, err := acq.Ask(ctx, ask, owner, s.names.name)
+	t1 := time.Now()
+	var t1mono int64
+	if r.holds != nil {
+		t1mono = monotonic()
+	}
+	if errors.Is(err, errNotAcquired) {
+		res.ranOut = true
+		return res
+	}
+	if err != nil {
+		res.err, res.stop = fmt.Errorf("worker %d: acquire: %w", w, err), true
+		return res
+	}
+	res.violations += r.excl.claimAsk(ask, w)
+	if check {
+		if err := h.Check(ctx); err != nil {
+			res.violations++
+			res.err = fmt.Errorf("worker %d: check: %w", w, err)
+		}
+	}
+	r.excl.unclaimAsk(ask, w)
+	if r.holds != nil {
+		r.holds[w] = append(r.holds[w], newAskHold(r.firstWorker+w, t1mono, ask))
+	}
+	t2 := time.Now()
+	err = h.Release(ctx)
+	t3 := time.Now()
+	if errors.Is(err, ErrNotHeld) {
+		res.violations++
+	}
+	if err != nil {
+		res.err, res.stop = errors.Join(res.err, fmt.Errorf("worker %d: release: %w", w, err)), true
+		return res
+	}
+	res.lat, res.wait, res.done, res.grantedAt = t1.Sub(t0)+t3.Sub(t2), t1.Sub(t0), true, t1
+	return res
 }

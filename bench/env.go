@@ -42,6 +42,9 @@ type Env struct {
 	// rtt is the emulated round trip of the contenders' connections; see
 	// WithRTT.
 	rtt time.Duration
+	// kind is the kind of lease of the cell being set up (Cell.Kind),
+	// which the slotlock contenders build their Lockers for.
+	kind string
 	// Wire counts the chunks that went through delayed connections.
 	Wire *latency.Stats
 }

@@ -49,11 +49,36 @@ type WorkerSpec struct {
 }
 
 // Hold is one batch held by one worker: keys (keyspace numbers) from
-// From to To (CLOCK_MONOTONIC, ns).
+// From to To (CLOCK_MONOTONIC, ns); for a kind cell also shared keys and
+// permits, which CheckHolds replays as the in-process check does
+// (exclusion.claimAsk).
 type Hold struct {
 	W        int
 	From, To int64
 	Keys     []int32
+	Shared   []int32     `json:",omitempty"`
+	Permits  []PermitAsk `json:",omitempty"`
+}
+
+func newAskHold(w int, from int64, a KindAsk) Hold {
+	h := newHold(w, from, a.Exclusive)
+	for _, k := range a.Shared {
+		h.Shared = append(h.Shared, int32(k))
+	}
+	h.Permits = a.Permits
+	return h
+}
+
+// ask is the hold as a kind request.
+func (h *Hold) ask() KindAsk {
+	a := KindAsk{Permits: h.Permits}
+	for _, k := range h.Keys {
+		a.Exclusive = append(a.Exclusive, int(k))
+	}
+	for _, k := range h.Shared {
+		a.Shared = append(a.Shared, int(k))
+	}
+	return a
 }
 
 func newHold(w int, from int64, idx []int) Hold {
@@ -80,6 +105,7 @@ type workerReport struct {
 	Wait       []time.Duration
 	ClientCPU  time.Duration
 	Violations int
+	RanOut     int
 	Holds      []Hold
 	// MaxProcs is the worker process's GOMAXPROCS, so that the parent can
 	// check that the one it asked for took effect.
@@ -144,7 +170,7 @@ func WorkerMain(ctx context.Context, spec WorkerSpec, in io.Reader, out io.Write
 	res, lat, wait := r.roundSamples(ctx, int(^uint(0)>>1), false)
 	rep := workerReport{
 		Batches: res.Batches, Elapsed: res.Elapsed, Latency: lat, Wait: wait,
-		ClientCPU: ProcessCPU() - cpu0, Violations: res.Violations, Holds: slices.Concat(r.holds...),
+		ClientCPU: ProcessCPU() - cpu0, Violations: res.Violations, RanOut: res.RanOut, Holds: slices.Concat(r.holds...),
 		MaxProcs: runtime.GOMAXPROCS(0),
 	}
 	if res.Err != nil {
@@ -255,6 +281,7 @@ func (e *Env) RunProcs(ctx context.Context, cell Cell, d time.Duration, verify i
 		res.Elapsed = max(res.Elapsed, r.Elapsed)
 		res.ClientCPU += r.ClientCPU
 		res.Violations += r.Violations
+		res.RanOut += r.RanOut
 		lat = append(lat, r.Latency...)
 		wait = append(wait, r.Wait...)
 		holds = append(holds, r.Holds...)
@@ -306,16 +333,12 @@ func CheckHolds(holds []Hold, space int) int {
 	})
 	x := newExclusion(space)
 	violations := 0
-	idx := make([]int, 0, 16)
 	for _, ev := range events {
-		idx = idx[:0]
-		for _, k := range ev.h.Keys {
-			idx = append(idx, int(k))
-		}
+		a := ev.h.ask()
 		if ev.claim {
-			violations += x.claim(idx, ev.h.W)
+			violations += x.claimAsk(a, ev.h.W)
 		} else {
-			x.unclaim(idx, ev.h.W)
+			x.unclaimAsk(a, ev.h.W)
 		}
 	}
 	return violations

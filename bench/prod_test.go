@@ -94,6 +94,14 @@ func TestCheckHolds(t *testing.T) {
 		{"other keys", []Hold{{W: 0, From: 10, To: 20, Keys: []int32{1}}, {W: 1, From: 15, To: 30, Keys: []int32{2}}}, 0},
 		{"overlap", []Hold{{W: 1, From: 15, To: 30, Keys: []int32{5, 2}}, {W: 0, From: 10, To: 20, Keys: []int32{1, 2}}}, 1},
 		{"inside", []Hold{{W: 0, From: 10, To: 40, Keys: []int32{7}}, {W: 3, From: 20, To: 30, Keys: []int32{7}}}, 1},
+		// Kind cells: readers overlap each other, not a writer; permits
+		// add up to PermitLimit and no further.
+		{"readers", []Hold{{W: 0, From: 10, To: 20, Shared: []int32{3}}, {W: 1, From: 15, To: 30, Shared: []int32{3}}}, 0},
+		{"writer over reader", []Hold{{W: 0, From: 10, To: 20, Shared: []int32{3}}, {W: 1, From: 15, To: 30, Keys: []int32{3}}}, 1},
+		{"reader over writer", []Hold{{W: 0, From: 10, To: 20, Keys: []int32{3}}, {W: 1, From: 15, To: 30, Shared: []int32{3}}}, 1},
+		{"permits at the limit", []Hold{{W: 0, From: 10, To: 20, Permits: []PermitAsk{{1, PermitLimit - 2}}}, {W: 1, From: 15, To: 30, Permits: []PermitAsk{{1, 2}}}}, 0},
+		{"permits above", []Hold{{W: 0, From: 10, To: 20, Permits: []PermitAsk{{1, PermitLimit - 1}}}, {W: 1, From: 15, To: 30, Permits: []PermitAsk{{1, 2}}}}, 1},
+		{"permits of two resources", []Hold{{W: 0, From: 10, To: 20, Permits: []PermitAsk{{1, PermitLimit}}}, {W: 1, From: 15, To: 30, Permits: []PermitAsk{{2, PermitLimit}}}}, 0},
 	} {
 		if got := CheckHolds(tc.holds, 10); got != tc.want {
 			t.Errorf("%s: %d violations, want %d", tc.name, got, tc.want)

@@ -404,6 +404,9 @@ func measure(ctx context.Context, env *bench.Env, cell bench.Cell, d time.Durati
 	// A round lasts about d; anything far longer is a stuck lock.
 	run.Timeout = max(30*time.Second, 15*d)
 	run.Observe = bench.Observed(cell)
+	if cell.Kind != "" {
+		run.For = d
+	}
 	if err := run.Verify(ctx, verify); err != nil {
 		r.Err = err
 		return r
@@ -413,7 +416,9 @@ func measure(ctx context.Context, env *bench.Env, cell bench.Cell, d time.Durati
 	if br.N == 0 && r.Err == nil {
 		r.Err = fmt.Errorf("%s: benchmark failed", cell.Name())
 	}
-	r.AllocsPerBatch, r.BytesPerBatch = br.AllocsPerOp(), br.AllocedBytesPerOp()
+	if run.For == 0 { // (per b.N, which a timed round ignores)
+		r.AllocsPerBatch, r.BytesPerBatch = br.AllocsPerOp(), br.AllocedBytesPerOp()
+	}
 	r.Wall = time.Since(start)
 	srv1, _ := env.ServerCPU(ctx)
 	used := (bench.ProcessCPU() - self0) + (srv1 - srv0)
@@ -438,6 +443,9 @@ func (r row) progress() string {
 		r.Name(), r.BatchesPerSec(), r.KeysPerSec(), ms(r.Latency.P50), ms(r.Latency.P99))
 	if r.Hot > 0 {
 		s += fmt.Sprintf(" wait p99 %-8s max %-8s", ms(r.Wait.P99), ms(r.Wait.Max))
+	}
+	if r.Kind != "" {
+		s += fmt.Sprintf(" ran out %d", r.RanOut)
 	}
 	s += fmt.Sprintf(" (%d batches, %.1fs)", r.Batches, r.Wall.Seconds())
 	if r.Foreign > 0.2 {

@@ -79,7 +79,8 @@ func pairsCSV(pairs []*pairTarget) []byte {
 }
 
 // rowHeader names rowFields' columns. The round trip and the process split
-// follow K and W (a cell is named by all six); older files lack them.
+// follow K and W (a cell is named by all six, and the kind of lease, the
+// last but one column, where there is one); older files lack them.
 // machine_busy_cores is the whole machine's busy cores during the timed
 // window (bench.Result.MachineBusy).
 var rowHeader = []string{
@@ -88,6 +89,7 @@ var rowHeader = []string{
 	"client_cpu_us_per_batch", "server_cpu_us_per_batch", "server_cmds_per_batch",
 	"server_cmd_us_per_batch", "script_calls_per_batch", "script_us_per_call",
 	"allocs_per_batch", "bytes_per_batch", "other_programs_cores", "machine_busy_cores", "stalls", "error",
+	"kind", "ran_out",
 }
 
 // rowFields is one cell's line of results.csv.
@@ -106,6 +108,7 @@ func rowFields(r row) []string {
 		perBatch(r, r.Server.Usec), perBatch(r, r.Server.ScriptCalls), perCall(r.Server.ScriptUsec, r.Server.ScriptCalls),
 		strconv.FormatInt(r.AllocsPerBatch, 10), strconv.FormatInt(r.BytesPerBatch, 10), f3(r.Foreign), f3(r.MachineBusy),
 		strconv.FormatInt(r.Stalls, 10), errText,
+		r.Kind, strconv.Itoa(r.RanOut),
 	}
 }
 
@@ -234,6 +237,7 @@ func markdown(m *machine, rows []row, pairs []*pairTarget, profs map[int]*profil
 	writeOthers(&b, rp)
 	writeContended(&b, rp)
 	writeProcs(&b, rp)
+	writeKinds(&b, rp, pairs)
 	writeTimeBudget(&b, rp, profs)
 	b.WriteString(k100Notes + "\n")
 	writeMicro(&b, micro)

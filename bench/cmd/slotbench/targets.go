@@ -48,11 +48,17 @@ const (
 	// longestWait is A's longest wait (of every round, paired); at most
 	// Need.
 	longestWait
+	// waitP99Ratio is A's wait p99 over B's (the median round's,
+	// paired); at most Need.
+	waitP99Ratio
+	// ranOut is how many of A's requests gave up waiting (a kind cell:
+	// bench.KindWait), summed over every round; at most Need.
+	ranOut
 )
 
 // name is what a metric measures, for sentences.
 func (m metric) name() string {
-	return [...]string{"batches/s ratio", "Redis commands per batch", "Redis CPU per batch", "wait p99", "longest wait"}[m]
+	return [...]string{"batches/s ratio", "Redis commands per batch", "Redis CPU per batch", "wait p99", "longest wait", "wait p99 ratio", "waits that ran out"}[m]
 }
 
 // atMost says whether a metric's target is a ceiling (commands, CPU,
@@ -75,6 +81,9 @@ const (
 	// reference: never; a figure shown for what it says (a retired
 	// target's, for one).
 	reference
+	// cleanB: only where none of B's waits ran out (the target is "no
+	// wait runs out where B has none").
+	cleanB
 )
 
 // busyLimit is the share of the machine's cores (1.6 of 2) that a cell
@@ -109,6 +118,7 @@ const (
 	groupSeq      = "Uncontended: against sequential SET NX, where the raw pipeline reaches the target"
 	groupAcross   = "Contended, waiting across Lockers and processes: what carries over to production"
 	groupContRate = "Contended: batches/s ratios, judged where the machine had CPU to spare"
+	groupKinds    = "Contended, every kind of lease against exclusive leases of the same workload"
 )
 
 // Targets' figures.
@@ -130,6 +140,24 @@ const (
 	// acrossRate is the batches/s of one Locker per worker, and of 4 × 4
 	// processes, against one Locker (spareCPU).
 	acrossRate = 0.75
+)
+
+// Kinds of lease (bench.Kinds), contended, at bench.KindRTT, one Locker
+// per worker in one process and one per process over bench.KindProcs
+// processes: mixed shared/exclusive requests against the same requests
+// all exclusive (batches/s, at least mixedRate; wait p99, at most
+// mixedWaitP99 of the all-exclusive cell's; no wait running out where the
+// all-exclusive cell has none), reentrant leases and per-slot Lockers
+// against plain leases (batches/s, at least kindRate; no wait running
+// out). Permits have no target: their figures are shown.
+const (
+	mixedRate    = 1.0
+	mixedWaitP99 = 1.2
+	kindRate     = 0.9
+	// kindRounds is the rounds of each kind pair: two, one in each
+	// order (balanced). Six pairs of four rounds would add about two
+	// minutes to make bench; two add about one.
+	kindRounds = 2
 )
 
 // Rounds of the pairs: pairRounds by default; k1Rounds at K = 1 on
@@ -196,6 +224,20 @@ func targetRules(rows []row) []rule {
 	// Retired as a target (16 runtimes and six nodes keep the two cores
 	// busy): a reference, its busy cores beside it.
 	add(rule{Group: groupContRate, Label: ratioLabel(split16, child), A: split16, B: child, Metric: batchRatio, Need: acrossRate, Gate: reference, Rounds: acrossRounds})
+	for _, procs := range []int{0, bench.KindProcs} {
+		kind := func(k string) bench.Cell { return bench.KindCell(k, bench.KindRTT, procs) }
+		mixed, excl, plain := kind(bench.KindMixed), kind(bench.KindAllExcl), kind(bench.KindPlain)
+		add(rule{Group: groupKinds, Label: ratioLabel(mixed, excl), A: mixed, B: excl, Metric: batchRatio, Need: mixedRate, Gate: spareCPU, Rounds: kindRounds})
+		add(rule{Group: groupKinds, Label: metricLabel(mixed, "wait p99 against "+cellText(excl)), A: mixed, B: excl, Metric: waitP99Ratio, Need: mixedWaitP99, Rounds: kindRounds})
+		add(rule{Group: groupKinds, Label: metricLabel(mixed, "waits that ran out"), A: mixed, B: excl, Metric: ranOut, Need: 0, Gate: cleanB, Rounds: kindRounds})
+		for _, k := range []string{bench.KindReentrant, bench.KindPerSlot} {
+			c := kind(k)
+			add(rule{Group: groupKinds, Label: ratioLabel(c, plain), A: c, B: plain, Metric: batchRatio, Need: kindRate, Gate: spareCPU, Rounds: kindRounds})
+			add(rule{Group: groupKinds, Label: metricLabel(c, "waits that ran out"), A: c, B: plain, Metric: ranOut, Need: 0, Rounds: kindRounds})
+		}
+		permits := kind(bench.KindPermits)
+		add(rule{Group: groupKinds, Label: metricLabel(permits, "waits that ran out"), A: permits, B: permits, Metric: ranOut, Gate: reference})
+	}
 	if rows != nil {
 		for _, rtt := range bench.HotRTTs {
 			// On loopback 2.5x: the peers' backoff costs them least there.
@@ -252,6 +294,13 @@ func procCell(procs int, rtt time.Duration) bench.Cell {
 
 // cellText names what a cell measures, for labels.
 func cellText(c bench.Cell) string {
+	if c.Kind != "" {
+		where := "one Locker per worker"
+		if c.Procs > 0 {
+			where = fmt.Sprintf("%d × %d processes", c.Procs, c.W/c.Procs)
+		}
+		return kindText(c.Kind) + ", " + where
+	}
 	if c.Procs > 0 {
 		return fmt.Sprintf("%d × %d processes", c.Procs, c.W/c.Procs)
 	}
@@ -272,6 +321,25 @@ func cellText(c bench.Cell) string {
 		return "sequential SET NX"
 	}
 	return c.Contender
+}
+
+// kindText names a kind of lease (bench.Kinds).
+func kindText(kind string) string {
+	switch kind {
+	case bench.KindPlain:
+		return "plain leases"
+	case bench.KindMixed:
+		return "mixed shared/exclusive"
+	case bench.KindAllExcl:
+		return "the same all exclusive"
+	case bench.KindPermits:
+		return "permits"
+	case bench.KindReentrant:
+		return "reentrant (WithOwner)"
+	case bench.KindPerSlot:
+		return "per-slot Lockers"
+	}
+	return kind
 }
 
 // whereText is a cell's K (or contended) and round trip.
@@ -327,6 +395,10 @@ type conditions struct {
 	CeilingOK    bool
 	BusyA, BusyB float64
 	CPUs         int
+	// RanOutB is how many of B's waits ran out (a cleanB rule),
+	// RanOutBOK whether B was measured.
+	RanOutB   int
+	RanOutBOK bool
 }
 
 // judge is the verdict of a rule on its figure: none where the figure is
@@ -353,6 +425,13 @@ func judge(r rule, fig float64, ok bool, c conditions) verdict {
 		}
 		if limit := busyLimit * float64(c.CPUs); max(c.BusyA, c.BusyB) >= limit {
 			return verdict{noVerdict, fmt.Sprintf("machine-bound: %.2f of %d cores busy (judged below %.1f)", max(c.BusyA, c.BusyB), c.CPUs, limit)}
+		}
+	case cleanB:
+		if !c.RanOutBOK {
+			return verdict{noVerdict, cellText(r.B) + " not measured"}
+		}
+		if c.RanOutB > 0 {
+			return verdict{noVerdict, fmt.Sprintf("%d of %s's waits ran out too", c.RanOutB, cellText(r.B))}
 		}
 	}
 	within := fig >= r.Need
@@ -424,10 +503,16 @@ func readRule(r rule, rp report, t *pairTarget) reading {
 			if len(vals) > 0 {
 				rd.PairedOK = true
 				rd.Paired = medianOf(vals)
-				if r.Metric == longestWait {
+				switch r.Metric {
+				case longestWait:
 					rd.Paired = slices.Max(vals)
+				case ranOut:
+					rd.Paired = sum(vals)
 				}
 			}
+		}
+		if n, ok := ranOutOf(bs); ok {
+			rd.Cond.RanOutB, rd.Cond.RanOutBOK = n, true
 		}
 		for _, v := range vals {
 			rd.Rounds = append(rd.Rounds, r.Metric.format(v))
@@ -442,6 +527,9 @@ func readRule(r rule, rp report, t *pairTarget) reading {
 			rd.Cond.BusyA = a.MachineBusy
 			if okB {
 				rd.Cond.BusyB = b.MachineBusy
+				if b.Err == nil {
+					rd.Cond.RanOutB, rd.Cond.RanOutBOK = b.RanOut, true
+				}
 			}
 		}
 	}
@@ -451,6 +539,26 @@ func readRule(r rule, rp report, t *pairTarget) reading {
 	fig, ok := rd.figure()
 	rd.Verdict = judge(r, fig, ok, rd.Cond)
 	return rd
+}
+
+func sum(v []float64) float64 {
+	var t float64
+	for _, x := range v {
+		t += x
+	}
+	return t
+}
+
+// ranOutOf is how many waits ran out in rows, summed; ok is false when
+// none measured without an error.
+func ranOutOf(rows []row) (int, bool) {
+	n, ok := 0, false
+	for _, r := range rows {
+		if r.Err == nil {
+			n, ok = n+r.RanOut, true
+		}
+	}
+	return n, ok
 }
 
 func at(rows []row, i int) *row {
@@ -470,6 +578,10 @@ func rowPtr(r row, ok bool) *row {
 // metricOf is a metric of one measurement of A, and of B where the metric
 // compares with it (b may be nil otherwise).
 func metricOf(m metric, a row, b *row) (float64, bool) {
+	if m == ranOut {
+		// A cell whose every wait ran out still has this figure.
+		return float64(a.RanOut), a.Err == nil
+	}
 	if a.Err != nil || a.Batches == 0 {
 		return 0, false
 	}
@@ -490,6 +602,11 @@ func metricOf(m metric, a row, b *row) (float64, bool) {
 		return float64(a.Wait.P99), true
 	case longestWait:
 		return float64(a.Wait.Max), true
+	case waitP99Ratio:
+		if b == nil || b.Err != nil || b.Batches == 0 || b.Wait.P99 <= 0 {
+			return 0, false
+		}
+		return float64(a.Wait.P99) / float64(b.Wait.P99), true
 	}
 	return 0, false
 }
@@ -510,10 +627,12 @@ func medianBusy(rows []row) float64 {
 
 func (m metric) format(v float64) string {
 	switch m {
-	case batchRatio, redisCPURatio:
+	case batchRatio, redisCPURatio, waitP99Ratio:
 		return ratioText(v) + "×"
 	case commandsPerBatch:
 		return fmt.Sprintf("%.1f", v)
+	case ranOut:
+		return fmt.Sprintf("%.0f", v)
 	}
 	return ms(time.Duration(v))
 }
@@ -535,7 +654,7 @@ func (m metric) bound(need float64) string {
 	switch m {
 	case waitP99, longestWait:
 		return op + " " + m.format(need)
-	case commandsPerBatch:
+	case commandsPerBatch, ranOut:
 		return fmt.Sprintf("%s %g", op, need)
 	}
 	return fmt.Sprintf("%s %g×", op, need)
@@ -555,6 +674,15 @@ func (r rule) compared() string {
 		return cellText(r.B) + " at the same round trip"
 	case redisCPURatio:
 		return cellText(r.B) + "'s Redis CPU per batch, same round trip"
+	case waitP99Ratio:
+		return cellText(r.B) + "'s wait p99, same round trip"
+	case ranOut:
+		switch {
+		case r.Gate == cleanB:
+			return "an absolute bound, judged where " + cellText(r.B) + " had none run out"
+		case r.A == r.B:
+			return "a figure shown, no target"
+		}
 	}
 	return "an absolute bound; " + cellText(r.B) + " beside it"
 }
@@ -579,6 +707,24 @@ func (rd reading) beside(rp report, pairs []*pairTarget) string {
 		parts = append(parts, fmt.Sprintf("%s / %s %.1f× (matrix)", cellText(rd.Ceiling[0]), cellText(rd.Ceiling[1]), rd.Cond.Ceiling))
 	}
 	switch rd.Metric {
+	case ranOut:
+		if rd.Cond.RanOutBOK && rd.A != rd.B {
+			parts = append(parts, fmt.Sprintf("%s: %d", cellText(rd.B), rd.Cond.RanOutB))
+		}
+		if rd.Pair != nil && rd.Pair.Err == nil {
+			if as := rd.Pair.side(rd.A); len(as) > 0 {
+				parts = append(parts, fmt.Sprintf("%s %s batches/s, wait p99 %s (paired median)", cellText(rd.A), num(medianOf(batchesPerSec(as))), ms(medianOf(waitP99s(as)))))
+			}
+		} else if a, ok := find(rp.rows, rd.A); ok && a.Err == nil {
+			parts = append(parts, fmt.Sprintf("%s batches/s, wait p99 %s, longest %s (matrix)", num(a.BatchesPerSec()), ms(a.Wait.P99), ms(a.Wait.Max)))
+		}
+	case waitP99Ratio:
+		if rd.Pair != nil && rd.Pair.Err == nil {
+			as, bs := rd.Pair.side(rd.A), rd.Pair.side(rd.B)
+			if len(as) > 0 && len(bs) > 0 {
+				parts = append(parts, fmt.Sprintf("wait p99 %s against %s (paired medians)", ms(medianOf(waitP99s(as))), ms(medianOf(waitP99s(bs)))))
+			}
+		}
 	case commandsPerBatch, waitP99, longestWait:
 		if b, ok := find(rp.rows, rd.B); ok {
 			if v, ok := metricOf(rd.Metric, b, nil); ok {
@@ -717,7 +863,7 @@ func standing(rds []reading, pairs []*pairTarget) string {
 	}
 	fmt.Fprintf(&b, "Of the other targets, %d of the %d this run could judge are met", ok, judged)
 	var parts []string
-	for _, m := range []metric{batchRatio, commandsPerBatch, redisCPURatio, waitP99, longestWait} {
+	for _, m := range []metric{batchRatio, commandsPerBatch, redisCPURatio, waitP99, longestWait, waitP99Ratio, ranOut} {
 		if x := missed[m]; x != nil {
 			word := "up to"
 			if !m.atMost() {
@@ -787,4 +933,21 @@ func printTargets(w io.Writer, rows []row, pairs []*pairTarget) {
 		}
 		fmt.Fprintf(w, "  %-72s %9s  required %-9s %s\n", rd.Label, fig, rd.required(), strings.ReplaceAll(rd.Verdict.String(), "**", ""))
 	}
+}
+
+// batchesPerSec and waitP99s are the rows' figures, for medians.
+func batchesPerSec(rows []row) []float64 {
+	out := make([]float64, len(rows))
+	for i, r := range rows {
+		out[i] = r.BatchesPerSec()
+	}
+	return out
+}
+
+func waitP99s(rows []row) []time.Duration {
+	out := make([]time.Duration, len(rows))
+	for i, r := range rows {
+		out[i] = r.Wait.P99
+	}
+	return out
 }

@@ -134,7 +134,10 @@ func TestTargetRules(t *testing.T) {
 	for _, c := range bench.Matrix() {
 		in[c] = true
 	}
-	known := func(c bench.Cell) bool { return in[c] || c.Contender == bench.CheckedPipeline && c.Hot == 0 }
+	// Kind cells run in their pairs (permits in the matrix too).
+	known := func(c bench.Cell) bool {
+		return in[c] || c.Contender == bench.CheckedPipeline && c.Hot == 0 || bench.IsKind(c.Kind)
+	}
 	rows := []row{{Result: bench.Result{Cell: bench.Contended("rueidislock", 0), Batches: 10, Elapsed: time.Second}}}
 	rules := targetRules(rows)
 	ceil := map[[2]int64]bool{}
@@ -166,7 +169,7 @@ func TestTargetRules(t *testing.T) {
 		}
 		if r.A.Hot > 0 && r.Metric != batchRatio {
 			across[bounded{r.A, r.Metric}]++
-			if r.A.K != 10 {
+			if r.A.K != 10 && r.A.Kind != bench.KindPermits {
 				t.Errorf("%s: K = %d, the targets are for K = 10", r.Label, r.A.K)
 			}
 		}
@@ -294,5 +297,102 @@ func TestStandingNamesWhatIsNotMet(t *testing.T) {
 	want := "Of the other targets, 1 of the 3 this run could judge are met; not met: Redis commands per batch in 2 (up to 126.5, against ≤ 60); 1 have no verdict"
 	if !strings.Contains(got, want) {
 		t.Errorf("missing %q in:\n%s", want, got)
+	}
+}
+
+// TestKindRules: every kind of lease is measured, in one process (one
+// Locker per worker) and across bench.KindProcs processes, by the targets
+// the kinds have: mixed against the same requests all exclusive (>= 1.0x
+// batches/s gated by spare CPU, wait p99 <= 1.2x, no wait running out
+// where the all-exclusive cell has none), reentrant and per-slot against
+// plain leases (>= 0.9x gated by spare CPU, no wait running out), each
+// pair's two cells the same workload but for the kind; permits shown.
+// Mutations that fail it: a rule of the list dropped (e.g. per-slot
+// across processes), the all-exclusive side replaced by plain leases, the
+// ran-out rule of mixed without its cleanB gate, 0.9 for mixed.
+func TestKindRules(t *testing.T) {
+	type want struct {
+		a, b   string
+		m      metric
+		need   float64
+		g      gate
+		paired bool
+	}
+	wants := []want{
+		{bench.KindMixed, bench.KindAllExcl, batchRatio, 1.0, spareCPU, true},
+		{bench.KindMixed, bench.KindAllExcl, waitP99Ratio, 1.2, always, true},
+		{bench.KindMixed, bench.KindAllExcl, ranOut, 0, cleanB, true},
+		{bench.KindReentrant, bench.KindPlain, batchRatio, 0.9, spareCPU, true},
+		{bench.KindReentrant, bench.KindPlain, ranOut, 0, always, true},
+		{bench.KindPerSlot, bench.KindPlain, batchRatio, 0.9, spareCPU, true},
+		{bench.KindPerSlot, bench.KindPlain, ranOut, 0, always, true},
+		{bench.KindPermits, bench.KindPermits, ranOut, 0, reference, false},
+	}
+	rules := targetRules(nil)
+	for _, procs := range []int{0, bench.KindProcs} {
+		for _, w := range wants {
+			a, b := bench.KindCell(w.a, bench.KindRTT, procs), bench.KindCell(w.b, bench.KindRTT, procs)
+			n := 0
+			for _, r := range rules {
+				if r.A != a || r.B != b || r.Metric != w.m {
+					continue
+				}
+				n++
+				if r.Need != w.need || r.Gate != w.g || (r.Rounds > 0) != w.paired || r.Group != groupKinds {
+					t.Errorf("%s: need %g, gate %d, rounds %d; want %g, gate %d, paired %v", r.Label, r.Need, r.Gate, r.Rounds, w.need, w.g, w.paired)
+				}
+				if a.Procs != b.Procs || a.RTT != b.RTT || a.W != b.W || a.Hot != b.Hot || a.Contender != b.Contender || (a.K != b.K && w.a != bench.KindMixed) {
+					t.Errorf("%s: the two sides differ beyond the kind", r.Label)
+				}
+			}
+			if n != 1 {
+				t.Errorf("%s against %s (procs %d), metric %s: %d rules, want 1", w.a, w.b, procs, w.m.name(), n)
+			}
+		}
+	}
+}
+
+// TestKindMetrics: the kinds' metrics read from their pair as the targets
+// say: waits that ran out summed over every round (not the median), the
+// wait p99 ratio the median round's, and a cleanB rule judged only where
+// B's rounds had none run out, with the count in its reason. Mutations
+// that fail it: the sum replaced by the median (1 instead of 3), the
+// cleanB gate reading A's count, the ratio taken over the longest wait.
+func TestKindMetrics(t *testing.T) {
+	a, b := bench.KindCell(bench.KindMixed, bench.KindRTT, 0), bench.KindCell(bench.KindAllExcl, bench.KindRTT, 0)
+	mk := func(c bench.Cell, ranOut int, p99 time.Duration) row {
+		return row{Result: bench.Result{Cell: c, Batches: 100, Elapsed: time.Second, RanOut: ranOut, Wait: bench.Dist{P99: p99, Max: 10 * p99}}}
+	}
+	pair := func(bRanOut int) *pairTarget {
+		return &pairTarget{A: a, B: b, Ratios: []float64{0.1, 0.2}, Rows: []row{
+			mk(a, 2, 30*time.Millisecond), mk(b, 0, 10*time.Millisecond),
+			mk(b, bRanOut, 20*time.Millisecond), mk(a, 1, 50*time.Millisecond),
+		}}
+	}
+	for _, tc := range []struct {
+		r       rule
+		bRanOut int
+		fig     string
+		want    outcome
+		why     string
+	}{
+		{rule{A: a, B: b, Metric: ranOut, Gate: cleanB}, 0, "3", notMet, ""},
+		{rule{A: a, B: b, Metric: ranOut, Gate: cleanB}, 4, "3", noVerdict, "4 of the same all exclusive, one Locker per worker's waits ran out too"},
+		{rule{A: a, B: b, Metric: ranOut}, 4, "3", notMet, ""},
+		{rule{A: a, B: b, Metric: waitP99Ratio, Need: 1.2}, 0, "2.75×", notMet, ""},
+	} {
+		rd := readRule(tc.r, report{}, pair(tc.bRanOut))
+		if got := tc.r.Metric.format(rd.Paired); !rd.PairedOK || got != tc.fig {
+			t.Errorf("%s (B ran out %d): %s (%v), want %s", tc.r.Metric.name(), tc.bRanOut, got, rd.PairedOK, tc.fig)
+		}
+		if rd.Verdict.Outcome != tc.want || rd.Verdict.Why != tc.why {
+			t.Errorf("%s (B ran out %d): %v (%q), want %v (%q)", tc.r.Metric.name(), tc.bRanOut, rd.Verdict.Outcome, rd.Verdict.Why, tc.want, tc.why)
+		}
+	}
+	// A cell with no grant at all still has its count of waits that ran
+	// out (and a zero batches/s ratio, not a missing one).
+	none := row{Result: bench.Result{Cell: a, Elapsed: time.Second, RanOut: 16}}
+	if v, ok := metricOf(ranOut, none, nil); !ok || v != 16 {
+		t.Errorf("no grants: ran out %v (%v), want 16", v, ok)
 	}
 }

@@ -12,6 +12,13 @@
 //
 //	cd bench && go run ./cmd/xproc -addrs 127.0.0.1:7000 -procs 16 -w 16 -hot 200
 //
+// -kind takes another kind of lease (bench.Kinds: plain, mixed, allexcl,
+// permits, reentrant, perslot), each request through Locker.Acquire with
+// -wait; a wait that runs out is counted ("ran out"), not fatal. The
+// requests are those of slotbench's kind cells (bench.KindRequests):
+//
+//	go run ./cmd/xproc -addrs 127.0.0.1:7000 -procs 3 -w 18 -hot 40 -kind mixed -d 10s
+//
 // Keys go under -prefix (default "xproc") and are deleted by their own
 // releases; a run holds nothing when it ends.
 package main
@@ -20,6 +27,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
@@ -37,6 +45,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/slotlock/slotlock"
+	"github.com/slotlock/slotlock/bench"
 	"github.com/slotlock/slotlock/bench/latency"
 )
 
@@ -59,6 +68,10 @@ type report struct {
 	Attempts, Conflicts int64
 	Waits               []time.Duration
 	CPU                 time.Duration
+	// RanOut counts the requests whose -wait ran out (with -kind).
+	RanOut int64
+	// Kind is the -kind the process ran, which the parent checks.
+	Kind string
 }
 
 func main() {
@@ -71,7 +84,12 @@ func main() {
 	dur := flag.Duration("d", 3*time.Second, "how long the workers run")
 	k := flag.Int("k", 10, "keys per batch")
 	hot := flag.Int("hot", 200, "keys to draw from")
+	kind := flag.String("kind", "", "kind of lease, through Acquire with -wait: "+strings.Join(bench.Kinds, "|")+" (default: Lock, waiting as long as it takes)")
+	wait := flag.Duration("wait", bench.KindWait, "with -kind: how long one request waits before it gives up (counted as ran out)")
 	flag.Parse()
+	if *kind != "" && !bench.IsKind(*kind) {
+		log.Fatalf("-kind %q: want one of %s", *kind, strings.Join(bench.Kinds, ", "))
+	}
 	if *procs > 0 {
 		parent(*procs, *workers, *lockers, *dur)
 		return
@@ -91,7 +109,8 @@ func main() {
 	c := &counter{}
 	ls := make([]*slotlock.Locker, *lockers)
 	for i := range ls {
-		if ls[i], err = slotlock.New(client, slotlock.Options{TTL: 10 * time.Second, Observer: c, Prefix: *prefix}); err != nil {
+		o := slotlock.Options{TTL: 10 * time.Second, Observer: c, Prefix: *prefix, PerSlot: *kind == bench.KindPerSlot}
+		if ls[i], err = slotlock.New(client, o); err != nil {
 			log.Fatal(err)
 		}
 		defer ls[i].Close()
@@ -110,7 +129,7 @@ func main() {
 	}
 	cpu0 := cpuTime()
 	stop := time.Now().Add(*dur)
-	var batches atomic.Int64
+	var batches, ranOut atomic.Int64
 	var mu sync.Mutex
 	var waits []time.Duration
 	var wg sync.WaitGroup
@@ -120,7 +139,25 @@ func main() {
 			r := rand.New(rand.NewPCG(uint64(w), uint64(os.Getpid())))
 			var mine []time.Duration
 			keys := make([]string, 0, *k)
+			asks := bench.KindRequests(*kind, *k, *hot, uint64(w)<<32|uint64(os.Getpid()))
 			for time.Now().Before(stop) {
+				if *kind != "" {
+					t0 := time.Now()
+					lease, err := l.Acquire(kindContext(*kind, w), kindRequest(asks(), *wait))
+					if errors.Is(err, slotlock.ErrNotAcquired) {
+						ranOut.Add(1)
+						continue
+					}
+					if err != nil {
+						log.Fatal(err)
+					}
+					mine = append(mine, time.Since(t0))
+					if err := lease.Release(context.Background()); err != nil {
+						log.Fatal(err)
+					}
+					batches.Add(1)
+					continue
+				}
 				keys = keys[:0]
 				for len(keys) < *k {
 					key := fmt.Sprintf("hot%d", r.IntN(*hot))
@@ -145,7 +182,7 @@ func main() {
 		})
 	}
 	wg.Wait()
-	rep := report{Batches: batches.Load(), Attempts: c.attempts.Load(), Conflicts: c.conflicts.Load(), Waits: waits, CPU: cpuTime() - cpu0}
+	rep := report{Batches: batches.Load(), Attempts: c.attempts.Load(), Conflicts: c.conflicts.Load(), Waits: waits, CPU: cpuTime() - cpu0, RanOut: ranOut.Load(), Kind: *kind}
 	if os.Getenv(envChild) != "" {
 		_ = json.NewEncoder(os.Stdout).Encode(rep)
 		return
@@ -196,6 +233,9 @@ func parent(procs, workers, lockers int, dur time.Duration) {
 		if err := json.Unmarshal([]byte(p.out.String()), &r); err != nil {
 			log.Fatalf("process %d: %v", i, err)
 		}
+		if kind := flag.Lookup("kind").Value.String(); r.Kind != kind {
+			log.Fatalf("process %d ran kind %q, not %q", i, r.Kind, kind)
+		}
 		reps = append(reps, r)
 	}
 	summarize(reps, dur)
@@ -209,8 +249,13 @@ func summarize(reps []report, dur time.Duration) {
 		t.Conflicts += r.Conflicts
 		t.Waits = append(t.Waits, r.Waits...)
 		t.CPU += r.CPU
+		t.RanOut += r.RanOut
 	}
 	if t.Batches == 0 {
+		if t.RanOut > 0 {
+			fmt.Printf("batches 0, every request's wait ran out: ran out %d\n", t.RanOut)
+			return
+		}
 		log.Fatal("no batches")
 	}
 	slices.Sort(t.Waits)
@@ -219,6 +264,33 @@ func summarize(reps []report, dur time.Duration) {
 		t.Batches, n/dur.Seconds(), float64(t.Attempts)/n, float64(t.Conflicts)/n,
 		(t.CPU / time.Duration(t.Batches)).Round(time.Microsecond),
 		t.Waits[len(t.Waits)*99/100].Round(100*time.Microsecond), t.Waits[len(t.Waits)-1].Round(100*time.Microsecond))
+	if flag.Lookup("kind").Value.String() != "" {
+		fmt.Printf("ran out %d\n", t.RanOut)
+	}
+}
+
+// kindRequest is one request of a kind (bench.KindRequests) over the
+// keys hot0 ... and the resources bench.PermitName names.
+func kindRequest(ask bench.KindAsk, wait time.Duration) slotlock.Request {
+	req := slotlock.Request{Wait: wait}
+	for _, i := range ask.Exclusive {
+		req.Exclusive = append(req.Exclusive, fmt.Sprintf("hot%d", i))
+	}
+	for _, i := range ask.Shared {
+		req.Shared = append(req.Shared, fmt.Sprintf("hot%d", i))
+	}
+	for _, p := range ask.Permits {
+		req.Permits = append(req.Permits, slotlock.Permit{Resource: bench.PermitName(p.Resource), Units: int64(p.Units), Limit: bench.PermitLimit})
+	}
+	return req
+}
+
+// kindContext is worker w's context: its own owner for reentrant leases.
+func kindContext(kind string, w int) context.Context {
+	if kind == bench.KindReentrant {
+		return slotlock.WithOwner(context.Background(), fmt.Sprintf("worker%d", w))
+	}
+	return context.Background()
 }
 
 // cpuTime is this process's user and system CPU time.
