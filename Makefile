@@ -58,7 +58,7 @@ lint:
 # redsync, rueidislock, redislock and a raw pipeline, on one 3+3 cluster,
 # plus the slot package's micro-benchmarks. bench writes docs/benchmarks.md
 # and docs/benchmarks/ (it stops itself at 11m30s on 2 cores); bench-short
-# is the CI smoke run (bounded at 150 s) and writes bench/out/ instead.
+# is the CI smoke run (bounded at 4 min) and writes bench/out/ instead.
 # Both run the cluster as processes unless SLOTLOCK_CLUSTER says otherwise
 # (bench/cmd/slotbench/env.go, benchBackend: why).
 .PHONY: bench-short

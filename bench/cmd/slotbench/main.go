@@ -70,7 +70,7 @@ func run() int {
 	flag.StringVar(&cfg.out, "out", "", "directory that receives benchmarks.md and benchmarks/ (default ../docs, or out with -short or -cells)")
 	flag.DurationVar(&cfg.benchtime, "benchtime", 0, "target time of one uncontended cell (default 1s, 150ms with -short)")
 	flag.DurationVar(&cfg.hotTime, "hot-benchtime", 0, "target time of one contended cell (default 2s, 500ms with -short)")
-	flag.DurationVar(&cfg.timeout, "timeout", 0, "bound on the whole run (default 11m30s, 150s with -short)")
+	flag.DurationVar(&cfg.timeout, "timeout", 0, "bound on the whole run (default 11m30s, 4m with -short)")
 	flag.DurationVar(&cfg.profileTime, "profile", 0, "length of each CPU-profiled slotlock run, K=1000, 100 and 1 (default 5s, 1s with -short)")
 	flag.StringVar(&cfg.root, "root", "..", "the slotlock module, for the slot package micro-benchmarks")
 	cells := flag.String("cells", "", "run only the cells whose name matches this regexp (and the target pairs both of whose cells match)")
@@ -258,7 +258,7 @@ func (c *config) defaults() {
 	// under 12 minutes on 2 cores.
 	pick(&c.benchtime, time.Second, 150*time.Millisecond)
 	pick(&c.hotTime, 2*time.Second, 500*time.Millisecond)
-	pick(&c.timeout, 11*time.Minute+30*time.Second, 150*time.Second)
+	pick(&c.timeout, 11*time.Minute+30*time.Second, 4*time.Minute)
 	pick(&c.profileTime, 5*time.Second, time.Second)
 	c.verify = 2
 	if c.short {
