@@ -132,6 +132,7 @@ func (t *Tracker) Stats() Stats {
 func (t *Tracker) Watch(w *Watch) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	w.pos = -1 // not in the heap, whatever happens below (Forget reads it)
 	if t.closed {
 		return
 	}
@@ -193,7 +194,7 @@ func (t *Tracker) Forget(w *Watch) {
 	w.ended.Store(true)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if w.pos >= 0 {
+	if t.queued(w) {
 		heap.Remove(&t.due, w.pos)
 	}
 	if !w.indexed {
@@ -261,9 +262,16 @@ func (t *Tracker) pokeRouter() {
 	}
 }
 
+// queued reports whether w has an entry in the deadline heap. Its pos
+// alone does not say so: a Watch never watched (a Forget before Watch, or
+// after Close) has the zero value, which is a heap index.
+func (t *Tracker) queued(w *Watch) bool {
+	return w.pos >= 0 && w.pos < len(t.due) && t.due[w.pos] == w
+}
+
 // push queues w's deadline d, or moves its entry to d if d is earlier.
 func (t *Tracker) push(w *Watch, d time.Time) {
-	if w.pos >= 0 {
+	if t.queued(w) {
 		if d.Before(w.at) {
 			w.at = d
 			heap.Fix(&t.due, w.pos)

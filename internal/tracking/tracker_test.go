@@ -220,3 +220,32 @@ func TestAReservationIsALoss(t *testing.T) {
 		t.Fatal("a key reserved for the holder was not seen as a loss")
 	}
 }
+
+// TestForgetOfAWatchNeverWatched: a Watch the Tracker never took (Forget
+// before Watch, or a Watch after Close, both returned early) has the zero
+// value's heap index 0; its Forget must not remove whatever watch sits
+// there, nor panic on an empty heap (seen: a Release after its Locker was
+// closed). Mutations: Forget trusting pos alone (the other watch is
+// removed, and never expires; a panic after Close).
+func TestForgetOfAWatchNeverWatched(t *testing.T) {
+	c, ctx, admin := trackerEnv(t)
+	client, err := c.Client()
+	require.NoError(t, err)
+	defer client.Close()
+	tr := tracking.New(client, topology.New(client))
+	o := newOwner(300 * time.Millisecond)
+	tr.Watch(held(t, ctx, admin, "fa", "tokA", o))
+	never := held(t, ctx, admin, "fb", "tokB", newOwner(time.Minute))
+	tr.Forget(never)
+	select {
+	case <-o.expired:
+	case idx := <-o.lost:
+		t.Fatalf("lost %v: the key is held", idx)
+	case <-ctx.Done():
+		t.Fatal("the watched lease never expired: a Forget of another removed its deadline")
+	}
+	tr.Close()
+	late := held(t, ctx, admin, "fc", "tokC", newOwner(time.Minute))
+	tr.Watch(late) // after Close: not taken
+	tr.Forget(late)
+}
