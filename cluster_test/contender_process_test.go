@@ -240,12 +240,16 @@ func contenderLoop(ctx context.Context, l *slotlock.Locker, spec contenderSpec, 
 			emit(contenderEvent{Event: "error", Err: err.Error()})
 			os.Exit(2)
 		}
-		from := sysMonotonic()
 		// The holder counts on its keys until its Deadline as read at
 		// the grant: every grant's is a TTL after the request that
 		// granted it was sent, however the process is paused later (a
 		// renewal that does not land ends the lease, which Done shows).
-		until := from + int64(time.Until(lease.Deadline()))
+		// It is carried onto sysMonotonic's clock by a time.Now read
+		// before the sysMonotonic one, so that the gap between the two
+		// reads can only move it later, never make it look short.
+		now := time.Now()
+		from := sysMonotonic()
+		until := from + int64(lease.Deadline().Sub(now))
 		if spec.Announce {
 			emit(contenderEvent{Event: "granted", Token: lease.Token(), From: from})
 		}
