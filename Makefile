@@ -150,8 +150,12 @@ SERVER_FAULTS ?= ^(TestMasterFailover|TestLockAfterFailover|TestFencingAcrossFai
 test-server:
 	@if [ -z "$(SERVER)" ]; then echo "usage: make test-server SERVER=/path/to/redis-or-valkey-server"; exit 2; fi
 	@"$$(command -v '$(SERVER)' || echo '$(SERVER)')" --version
-	SLOTLOCK_CLUSTER=process SLOTLOCK_REDIS_SERVER='$(SERVER)' $(GO) test $(TEST_FLAGS) $(SERVER_PKGS)
-	SLOTLOCK_CLUSTER=process SLOTLOCK_REDIS_SERVER='$(SERVER)' $(GO) test $(TEST_FLAGS) -run '$(SERVER_FAULTS)' ./cluster_test
+	@status=0; \
+	echo "SLOTLOCK_CLUSTER=process SLOTLOCK_REDIS_SERVER=$(SERVER) $(GO) test $(TEST_FLAGS) $(SERVER_PKGS)"; \
+	SLOTLOCK_CLUSTER=process SLOTLOCK_REDIS_SERVER='$(SERVER)' $(GO) test $(TEST_FLAGS) $(SERVER_PKGS) || status=1; \
+	echo "SLOTLOCK_CLUSTER=process SLOTLOCK_REDIS_SERVER=$(SERVER) $(GO) test $(TEST_FLAGS) -run '$(SERVER_FAULTS)' ./cluster_test"; \
+	SLOTLOCK_CLUSTER=process SLOTLOCK_REDIS_SERVER='$(SERVER)' $(GO) test $(TEST_FLAGS) -run '$(SERVER_FAULTS)' ./cluster_test || status=1; \
+	exit $$status
 
 test-servers:
 	@scripts/test-servers.sh
