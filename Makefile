@@ -140,7 +140,7 @@ soak: ensure-redis
 # and runs test-server against each (scripts/test-servers.sh); without
 # those sources it says so and does nothing, except under CI=true.
 SERVER        ?=
-SERVER_PKGS   ?= . ./batch ./pipeline ./quorum ./internal/topology
+SERVER_PKGS   ?= . ./batch ./pipeline ./quorum ./internal/topology ./internal/tracking
 # The fault scenarios: failover (CLUSTER SHARDS after it differs per
 # server), pause, resharding and every migrating-slot test (ASK), shared
 # holds through faults, quorum. About 4 minutes on 2 cores.
