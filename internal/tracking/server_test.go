@@ -150,8 +150,9 @@ func TestServerTrackingSemantics(t *testing.T) {
 		// Redis 7.0 registers the keys a script DECLARES (once it runs a
 		// read), never the undeclared ones it reads; later servers
 		// register the keys it reads (seen on Valkey 8.0.1 and Redis
-		// 7.4.1; Redis changed it in 7.2). The Tracker relies on neither:
-		// it reads the keys itself (package comment).
+		// 7.4.1; Valkey forked from Redis 7.2.4, so 7.2 is taken as the
+		// change, unchecked on a 7.2 server). The Tracker relies on
+		// neither: it reads the keys itself (package comment).
 		srv, err := c.Server(ctx)
 		require.NoError(t, err)
 		tr := dial(t, addr, true, "NOLOOP")
