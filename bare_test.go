@@ -245,7 +245,7 @@ func TestBareAttemptTrimmedWhileWaiting(t *testing.T) {
 	require.Len(t, locked, len(keys))
 	require.Equal(t, r.lease.Token(), waiter, "the reservations were the lease's")
 	for _, k := range set.Lock {
-		// Held, or its reservation until its conversion (a direct grant).
+		// Held: a lease holds its keys from its grant.
 		require.True(t, lockval.HeldBy(locked[k], r.lease.Token()), "the lease holds %s: %q", k, locked[k])
 	}
 	require.NoError(t, r.lease.Release(ctx))

@@ -83,8 +83,8 @@ func BenchmarkOneKey(b *testing.B) {
 	// for a lease released within its gathering window).
 	// What an Observer that does nothing costs: the clock reads, the
 	// count of nodes and the events (without one, none of it runs: the
-	// goroutines=1 figures are the zero-cost proof, compared with the
-	// commit before Options.Observer in docs/operability.md).
+	// goroutines=1 figures; docs/operability.md, "Zero cost when
+	// unset").
 	b.Run("goroutines=1/observer=nop", func(b *testing.B) { benchOneKey(b, 1, slotlock.Options{Observer: nopObserver{}}) })
 	b.Run("goroutines=1/no-loss-tracking", func(b *testing.B) { benchOneKey(b, 1, slotlock.Options{NoLossTracking: true}) })
 	b.Run("goroutines=64/local-queue", func(b *testing.B) { benchOneKey(b, 64, slotlock.Options{}) })

@@ -2,7 +2,9 @@
 // nothing, with one pipelined round trip per node.
 //
 // It is the public facade: a Locker built on a rueidis client hands out
-// Leases. The machinery lives in packages with one job each: slot (hash-slot
-// math, no I/O), batch (the per-node check-then-write scripts), reentrant
-// (hold counts per owner), pipeline (the script-free fallback).
+// Leases, and users import this package (with slot for key math, quorum
+// for locks over several deployments). Its engines are packages of their
+// own, one job each, that exist for this package only: batch (the per-node
+// check-then-write scripts), pipeline (the script-free fallback) and
+// reentrant (hold counts per owner).
 package slotlock

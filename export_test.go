@@ -30,11 +30,3 @@ func (l *Locker) LossStats() tracking.Stats {
 
 // ShortID is the short form Inspect shows for a token.
 func ShortID(token string) string { return lockval.Short(token) }
-
-// DirectGrant reports whether the lease was granted directly: its keys in
-// reserved form at the grant (converted since, or not yet).
-func (le *Lease) DirectGrant() bool {
-	le.mu.Lock()
-	defer le.mu.Unlock()
-	return le.reserved || !le.convertedAt.IsZero()
-}

@@ -41,18 +41,10 @@ type Lease struct {
 
 	mu       sync.Mutex
 	deadline time.Time
-	// reserved: the keys may still be in reserved form (a direct grant,
-	// protocol.Grant.Reserved) until a renewal answers for every key: the
-	// conversion (watchdog.go), or Extend. Its release then goes through
-	// the general release script (protocol.Who.Reserved).
-	reserved bool
-	// convertedAt: when reserved was cleared (zero: never set), for the
-	// loss tracker (leaseLoss.ReservedUntil).
-	convertedAt time.Time
-	fences      []int64
-	warning     error
-	ended       bool
-	released    bool
+	fences   []int64
+	warning  error
+	ended    bool
+	released bool
 	// abandoned: a Release ran out of time before the release script
 	// answered. The watchdog stops renewing the lease, so that its keys
 	// expire by their TTL as Release promises, and ends it as released at
@@ -106,7 +98,6 @@ func (le *Lease) granted(g protocol.Grant) {
 	defer le.mu.Unlock()
 	le.deadline = g.Deadline
 	le.grantedAt = g.At
-	le.reserved = g.Reserved
 	le.fences = g.Fences
 	le.warning = g.Warning
 	le.holder.SetDeadline(g.Deadline)
@@ -131,18 +122,9 @@ func (le *Lease) Token() string { return le.token }
 // as seen by this client: the moment the granting (or renewing) request was
 // SENT plus the TTL. Redis set the expiry when it RECEIVED the request, so
 // the real expiry is no earlier, up to clock-rate drift between client and
-// server.
-//
-// A lease granted to a waiter whose keys were handed to it by their
-// releases, across processes, may hold them at first as reservations,
-// which expire half a second after they were written: its deadline is then
-// a lower bound on their expiry, between an eighth and half a second
-// ahead. The lease's first renewal, sent an eighth of a second after the
-// grant or an eighth of a second before that deadline, whichever comes
-// first (not a third of the TTL), turns them into ordinary holds and moves
-// the deadline to the TTL; a lease released before that never sends it.
-// If that renewal cannot land, the lease ends (lost) at the short
-// deadline.
+// server. This holds for every grant, whatever path it took (the fast
+// path, a waiter's grant after a wait, in-process or across processes):
+// a holder paused for less than its TTL finds its keys still its own.
 func (le *Lease) Deadline() time.Time {
 	le.mu.Lock()
 	defer le.mu.Unlock()
@@ -204,7 +186,19 @@ func (le *Lease) Done() <-chan struct{} { return le.done }
 
 // Err returns nil while the lease is alive, ErrReleased after Release, or a
 // *LostError (errors.Is ErrLeaseLost and ErrNotHeld) naming the lost keys.
+// It reads the clock: once the Deadline has passed without a renewal
+// (the process was paused longer than the TTL, say), the lease ends as
+// lost in this call, and its contexts are cancelled before it returns,
+// whether or not the watchdog has run since. Guard and Extend check it
+// first.
 func (le *Lease) Err() error {
+	le.mu.Lock()
+	cause, ended, deadline := le.cause, le.ended, le.deadline
+	le.mu.Unlock()
+	if ended || deadline.IsZero() || time.Now().Before(deadline) {
+		return cause
+	}
+	le.expire()
 	le.mu.Lock()
 	defer le.mu.Unlock()
 	return le.cause
@@ -297,48 +291,11 @@ func (le *Lease) expire() {
 	le.end(le.lostError(allOf(le.set.Len())))
 }
 
-// converted records, under mu, that a renewal or Extend answered for every
-// key: none is in reserved form any more.
-func (le *Lease) converted() {
-	if le.reserved {
-		le.reserved = false
-		le.convertedAt = time.Now()
-	}
-}
-
-// conversionDue returns when the watchdog sends the conversion of a lease
-// granted in reserved form (convertAfter past its grant, or convertAfter
-// before its deadline if that comes first: a waiter grants directly with
-// a deadline at least that far ahead, rule M of protocol's evidence), and
-// false for any other lease.
-func (le *Lease) conversionDue() (time.Time, bool) {
-	le.mu.Lock()
-	defer le.mu.Unlock()
-	due := le.grantedAt.Add(convertAfter)
-	if late := le.deadline.Add(-convertAfter); late.Before(due) {
-		due = late
-	}
-	return due, le.reserved
-}
-
-// converting reports whether the watchdog still has the lease's
-// conversion to send: its keys may be in reserved form (a direct grant
-// whose conversion has not answered), it has not ended, and no Release
-// gave up on it (an abandoned lease's keys must expire on their own, as
-// Release promised). A lease that does not renew is converted all the
-// same: the conversion completes its grant, which promised the TTL.
-func (le *Lease) converting() bool {
-	le.mu.Lock()
-	defer le.mu.Unlock()
-	return le.reserved && !le.ended && !le.abandoned
-}
-
-// renewing reports whether the watchdog's tick should renew the lease (a
-// lease in reserved form is the conversion loop's until it is converted).
+// renewing reports whether the watchdog's tick should renew the lease.
 func (le *Lease) renewing() bool {
 	le.mu.Lock()
 	defer le.mu.Unlock()
-	return le.renew && !le.abandoned && !le.reserved
+	return le.renew && !le.abandoned
 }
 
 func allOf(n int) []int {
@@ -350,11 +307,10 @@ func allOf(n int) []int {
 }
 
 // renewed records a renewal that answered for every key: each is now held
-// (in reserved form no more) until deadline at the earliest.
+// until deadline at the earliest.
 func (le *Lease) renewed(deadline time.Time) {
 	le.mu.Lock()
 	defer le.mu.Unlock()
-	le.converted()
 	if deadline.After(le.deadline) {
 		le.deadline = deadline
 		le.holder.SetDeadline(deadline)
@@ -395,11 +351,7 @@ func (le *Lease) Release(ctx context.Context) error {
 func (le *Lease) release(ctx context.Context) error {
 	var released bool
 	le.forgetLoss() // lost.go: our own DELs are not a loss
-	le.mu.Lock()
-	who := le.who
-	who.Reserved = le.reserved
-	le.mu.Unlock()
-	r := le.eng.Release(ctx, le.set, nil, who)
+	r := le.eng.Release(ctx, le.set, nil, le.who)
 	lost, err := r.Lost, public(r.Err)
 	if err != nil && ctx.Err() != nil {
 		// Not done: the caller may call again with time to spare. The
@@ -452,7 +404,6 @@ func (le *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	le.mu.Lock()
 	le.deadline = t0.Add(ttl)
 	le.holder.SetDeadline(le.deadline)
-	le.converted() // every key answered: each is held now (extend.lua converts)
 	le.mu.Unlock()
 	le.rearmLoss() // lost.go
 	return nil

@@ -71,17 +71,3 @@ type leaseLoss Lease
 func (o *leaseLoss) Deadline() time.Time { return (*Lease)(o).Deadline() }
 func (o *leaseLoss) Lost(idx []int)      { (*Lease)(o).lose(idx) }
 func (o *leaseLoss) Expired()            { (*Lease)(o).expire() }
-
-// ReservedUntil: while the lease may hold its keys in reserved form (a
-// direct grant not yet converted), any read found them so legitimately;
-// after its conversion, only a read sent before the conversion's reply
-// was taken in (tracking.Owner).
-func (o *leaseLoss) ReservedUntil() time.Time {
-	le := (*Lease)(o)
-	le.mu.Lock()
-	defer le.mu.Unlock()
-	if le.reserved {
-		return time.Now().Add(time.Hour) // after any read being settled now
-	}
-	return le.convertedAt
-}

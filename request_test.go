@@ -169,6 +169,7 @@ func TestRequestWriterNotStarved(t *testing.T) {
 	// The release hands the key to the first reader, whose grant wakes
 	// the second: both are in within round trips, where a reader left to
 	// its timer would come up to a second (protocol.MaxWait) later.
+	t.Logf("both readers in %v after the writer's release", time.Since(released))
 	require.Less(t, time.Since(released), 300*time.Millisecond, "the readers in line came by their timers")
 	require.NotNil(t, a)
 	require.NotNil(t, b)

@@ -138,7 +138,7 @@ func TestReservationWaiterMeetsSharedKey(t *testing.T) {
 			case <-ctx.Done():
 				t.Fatal("W was not granted after the last reader left")
 			}
-			// Held, or its reservations until its conversion (a direct grant).
+			// Held: a lease holds its keys from its grant.
 			require.True(t, lockval.HeldBy(e.lockValue(ctx, k), res.Waiter), "W holds k")
 			require.True(t, lockval.HeldBy(e.lockValue(ctx, a), res.Waiter), "W holds a")
 			require.Empty(t, e.lineMembers(ctx, k), "W left k's line")
@@ -195,7 +195,8 @@ func TestRequestWaiterKeepsThePrefixProtocol(t *testing.T) {
 	require.Len(t, m, 1)
 	require.NotContains(t, m[0], " ", "a request with shared keys waits by reservation: %q", m[0])
 	// x is the reader's prefix at each attempt, given back before it
-	// waits for a's reservation: mostly free while a stays W's.
+	// waits for a's reservation: free between its attempts while a stays
+	// W's.
 	free := 0
 	const samples = 50
 	for range samples {
@@ -211,7 +212,10 @@ func TestRequestWaiterKeepsThePrefixProtocol(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond) // sampling x while W waits, not an ordering
 	}
-	require.Greater(t, free, samples/2, "the reader kept its prefix x while a stayed reserved")
+	// At least once, not most of the time: how long each attempt's round
+	// trip holds x is the machine's load. A reader that kept its prefix
+	// holds x at every sample.
+	require.Positive(t, free, "the reader kept its prefix x while a stayed reserved")
 	require.Equal(t, res.Waiter, lockval.Parse(e.lockValue(ctx, a)).Waiter, "a stayed W's reservation")
 	require.NoError(t, h.Release(ctx))
 	require.NoError(t, <-wDone)

@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/slotlock/slotlock/internal/lockval"
 	"github.com/slotlock/slotlock/internal/protocol"
 )
 
@@ -16,15 +15,6 @@ import (
 // lost: a key found not held, or a deadline passed without a successful
 // renewal. Leases that do not renew are only watched for their deadline.
 // It starts with the first lease and stops with Locker.Close.
-//
-// Leases granted with their keys in reserved form (a direct grant,
-// protocol.Grant.Reserved) have a deadline R/4 to R ahead (R =
-// lockval.ReserveTTL), far inside the period: a second loop (convertLoop)
-// sends their first renewal, the conversion, R/4 after each grant or R/4
-// before its deadline if that comes first (Lease.conversionDue), batched
-// like a tick, and retries a failed one every R/16 until the deadline,
-// when the lease ends as lost (docs/design.md, "The direct grant"). The
-// tick leaves them to it until the conversion has answered.
 type watchdog struct {
 	l *Locker
 	// period is TTL/3 of the shortest TTL among the leases it has
@@ -40,27 +30,7 @@ type watchdog struct {
 	stop    chan struct{}
 	done    chan struct{}
 	shrunk  chan struct{} // the period shrank: reset the timer now
-
-	// convert holds the leases whose conversion is pending, each with
-	// when it is due (under mu); convKick wakes convertLoop for a new
-	// one. convertLoop starts with the first such lease.
-	convert      map[*Lease]time.Time
-	convStarted  bool
-	convKick     chan struct{}
-	convLoopDone chan struct{}
 }
-
-// convertAfter is when a lease in reserved form sends its conversion,
-// after its grant, or before its deadline if that comes first
-// (Lease.conversionDue): the deadline is at least R/4 after the grant (the
-// waiter's rule M), so a lost reply is retried (convertRetry) at least
-// three times within it; and a lease held for less than R/4 usually never
-// sends one (the common case under contention: its release hands the keys
-// on as they are).
-const convertAfter = lockval.ReserveTTL / 4
-
-// convertRetry is how soon a failed conversion is sent again.
-const convertRetry = lockval.ReserveTTL / 16
 
 func newWatchdog(l *Locker) *watchdog {
 	w := &watchdog{
@@ -69,10 +39,6 @@ func newWatchdog(l *Locker) *watchdog {
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 		shrunk: make(chan struct{}, 1),
-
-		convert:      make(map[*Lease]time.Time),
-		convKick:     make(chan struct{}, 1),
-		convLoopDone: make(chan struct{}),
 	}
 	w.period.Store(int64(max(l.opt.TTL/3, time.Millisecond)))
 	return w
@@ -110,25 +76,12 @@ func (w *watchdog) add(le *Lease) {
 		w.started = true
 		go w.run()
 	}
-	if at, ok := le.conversionDue(); ok {
-		w.convert[le] = at
-		if !w.convStarted {
-			w.convStarted = true
-			go w.convertLoop()
-		}
-		select {
-		case w.convKick <- struct{}{}:
-		default:
-		}
-	}
 }
 
-// remove forgets le: an ended lease (released, lost) sends nothing more,
-// its conversion included.
+// remove forgets le: an ended lease (released, lost) sends nothing more.
 func (w *watchdog) remove(le *Lease) {
 	w.mu.Lock()
 	delete(w.leases, le)
-	delete(w.convert, le)
 	w.mu.Unlock()
 }
 
@@ -140,14 +93,11 @@ func (w *watchdog) close() {
 		return
 	}
 	w.stopped = true
-	started, convStarted := w.started, w.convStarted
+	started := w.started
 	close(w.stop)
 	w.mu.Unlock()
 	if started {
 		<-w.done
-	}
-	if convStarted {
-		<-w.convLoopDone
 	}
 }
 
@@ -273,94 +223,4 @@ func renewTTL(ttl time.Duration, deadline, now time.Time) time.Duration {
 		return left
 	}
 	return ttl
-}
-
-// convertLoop sends the conversions of leases granted in reserved form
-// (see watchdog): every lease whose conversion is due, in one batch per
-// engine, like a tick. It runs from the first such lease to close.
-func (w *watchdog) convertLoop() {
-	defer close(w.convLoopDone)
-	t := time.NewTimer(time.Hour)
-	defer t.Stop()
-	for {
-		due, next := w.dueConversions(time.Now())
-		if len(due) > 0 {
-			w.convertBatch(due)
-			continue
-		}
-		t.Reset(next)
-		select {
-		case <-w.stop:
-			return
-		case <-w.convKick:
-		case <-t.C:
-		}
-	}
-}
-
-// dueConversions takes the leases whose conversion is due at now out of
-// the pending set, and returns them and how long until the next one.
-func (w *watchdog) dueConversions(now time.Time) (due []*Lease, next time.Duration) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	next = time.Hour
-	for le, at := range w.convert {
-		if wait := at.Sub(now); wait > 0 {
-			next = min(next, wait)
-			continue
-		}
-		delete(w.convert, le)
-		due = append(due, le)
-	}
-	return due, next
-}
-
-// convertBatch sends the conversions of due leases. A lease that is still
-// in reserved form after it (its call failed: a lost reply, a moved slot)
-// is due again convertRetry later; its deadline bounds the retries, as the
-// deadline of any renewal does: past it the lease ends, as lost (here, or
-// at once by the loss tracker).
-func (w *watchdog) convertBatch(due []*Lease) {
-	now := time.Now()
-	byEngine := map[engine][]*Lease{}
-	until := now
-	for _, le := range due {
-		switch {
-		case !le.converting():
-			// Converted by Extend, ended, or its Release gave up: an
-			// abandoned lease's keys must expire on their own.
-		case !now.Before(le.Deadline()):
-			le.expire()
-		default:
-			byEngine[le.eng] = append(byEngine[le.eng], le)
-			until = maxTime(until, le.Deadline())
-		}
-	}
-	for eng, leases := range byEngine {
-		// Bounded by the latest deadline: after it, a conversion is of
-		// no use to the lease (it has ended).
-		for _, le := range w.renewBatch(eng, leases, until) {
-			w.retryConversion(le)
-		}
-	}
-}
-
-// retryConversion makes le's conversion due again, unless it has ended
-// (or the watchdog stopped) meanwhile.
-func (w *watchdog) retryConversion(le *Lease) {
-	if !le.converting() {
-		return
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if _, ok := w.leases[le]; ok && !w.stopped {
-		w.convert[le] = time.Now().Add(convertRetry)
-	}
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }

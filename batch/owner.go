@@ -26,10 +26,7 @@ func (e *Engine) Release(ctx context.Context, set *protocol.Set, idx []int, who 
 			holds: who.Lease != "", queue: true}, sharedReleaseScript, []string{who.Holder, who.Lease}, 0, false)
 		return mergeResults(e.ownerChecked(ctx, jobs, nil))
 	}
-	// A lease whose keys may still be in reserved form (who.Reserved) goes
-	// to the general script: release1.lua reads held values only, and
-	// would report such a key lost and leave it reserved until it lapses.
-	if who.Lease == "" && !who.Reserved && (idx == nil && set.Len() == 1 || len(idx) == 1) {
+	if who.Lease == "" && (idx == nil && set.Len() == 1 || len(idx) == 1) {
 		i := 0
 		if idx != nil {
 			i = idx[0]

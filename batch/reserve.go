@@ -27,9 +27,8 @@ import (
 // reach a waiter on its Engine's inbox: one sharded channel per node, in a
 // slot that node owns, subscribed once and kept (a wait costs no
 // SSUBSCRIBE). A hand-off names the round whose queue entry it popped, and
-// the waiter takes it as evidence only by the rules of
-// internal/protocol/evidence.go (a direct grant rests on it; fenced leases
-// and MinReplicas still confirm). A lost message
+// the waiter takes it as evidence, which decides when it confirms, only by
+// the rules of internal/protocol/evidence.go. A lost message
 // costs a waiter at most protocol.ReserveRefresh, never a lock.
 
 var _ protocol.Queuer = (*Engine)(nil)
@@ -365,7 +364,7 @@ func (e *Engine) Reserve(ctx context.Context, set *protocol.Set, r *protocol.Req
 			}
 			stale = stale || ne.Kind == rediserr.ErrStaleTopology || ne.Kind == rediserr.ErrUnknownOutcome
 			if ne.Kind == rediserr.ErrUnknownOutcome {
-				// The call may still run (rule L of the direct grant).
+				// The call may still run (rule L of the evidence).
 				for _, i := range c.idx {
 					out.Keys[i].Unknown = true
 				}

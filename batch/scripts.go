@@ -84,8 +84,8 @@ func newScript(name, body string, allowOOM bool) *script {
 	}
 	s := &script{
 		name:     name,
-		nodeText: node + commonLua + reentrant.HoldLua + body,
-		slotText: slot + commonLua + reentrant.HoldLua + body,
+		nodeText: node + commonLua + reentrant.HoldLua() + body,
+		slotText: slot + commonLua + reentrant.HoldLua() + body,
 	}
 	s.nodeSHA = sha1Hex(s.nodeText)
 	s.slotSHA = sha1Hex(s.slotText)

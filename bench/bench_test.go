@@ -253,8 +253,10 @@ func TestInterleave(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ra.Batches < 10 || ra.Batches != rb.Batches {
-		t.Errorf("batches %d and %d, want equal and at least 10", ra.Batches, rb.Batches)
+	// At least one, not a rate: how many batches fit in 300 ms is the
+	// machine's load.
+	if ra.Batches < 1 || ra.Batches != rb.Batches {
+		t.Errorf("batches %d and %d, want equal and at least 1", ra.Batches, rb.Batches)
 	}
 	if ra.Elapsed <= 0 || rb.Elapsed <= 0 || ra.Elapsed+rb.Elapsed > wall {
 		t.Errorf("own times %v + %v, want both > 0 and together within the wall time %v", ra.Elapsed, rb.Elapsed, wall)

@@ -251,13 +251,17 @@ func distOf(d []time.Duration) Dist {
 // benchmark that testing.B ran several times).
 type Result struct {
 	Cell
-	Batches    int
-	Elapsed    time.Duration
-	Latency    Dist // lock + release of one batch
-	Wait       Dist // from asking for the keys to holding them all
-	ClientCPU  time.Duration
-	Server     ServerStats
-	Violations int
+	Batches   int
+	Elapsed   time.Duration
+	Latency   Dist // lock + release of one batch
+	Wait      Dist // from asking for the keys to holding them all
+	ClientCPU time.Duration
+	Server    ServerStats
+	// MachineBusy is how many cores the whole machine kept busy during
+	// the timed window (MachineCPU), other programs included; 0 when it
+	// could not be read.
+	MachineBusy float64
+	Violations  int
 	// Others is the latency of another client's GETs during the timed
 	// round (Run.Observe): the cell's cost to everyone else on the
 	// cluster. OthersN counts them, OthersErrs the ones that failed.
@@ -420,11 +424,12 @@ func (r *Run) Bench(ctx context.Context, b *testing.B) {
 	if obs != nil {
 		obs.start()
 	}
-	ru0, ww0 := ProcessCPU(), r.env.Wire.Writes.Load()
+	ru0, ww0, m0, t0 := ProcessCPU(), r.env.Wire.Writes.Load(), MachineCPU(), time.Now()
 	b.ResetTimer()
 	res := r.round(ctx, b.N, false)
 	b.StopTimer()
 	res.ClientCPU = ProcessCPU() - ru0
+	res.MachineBusy = busySince(m0, t0)
 	res.WireWrites = r.env.Wire.Writes.Load() - ww0
 	if obs != nil {
 		res.Others, res.OthersN, res.OthersErr = obs.stop()

@@ -1,7 +1,8 @@
 // Package bench measures slotlock against what users would otherwise pick to
 // lock many keys at once on Redis Cluster: one SET NX per key by hand,
 // redsync, rueidislock, bsm/redislock, and a pipeline with no safety at all
-// as the ceiling.
+// as the ceiling (with an owner-checked release, the checked pipeline of
+// Probes, the ceiling of any lock that deletes only its own keys).
 //
 // Every contender runs against the same real cluster (3 masters, 3
 // replicas, started by internal/redistest) in the same matrix of cells:

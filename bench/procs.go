@@ -226,7 +226,7 @@ func (e *Env) RunProcs(ctx context.Context, cell Cell, d time.Duration, verify i
 		res.Err = err
 		return res
 	}
-	start := time.Now()
+	m0, start := MachineCPU(), time.Now()
 	for _, p := range procs {
 		fmt.Fprintln(p.stdin, "go")
 	}
@@ -238,6 +238,7 @@ func (e *Env) RunProcs(ctx context.Context, cell Cell, d time.Duration, verify i
 		return nil
 	})
 	res.Elapsed = time.Since(start)
+	res.MachineBusy = busySince(m0, start)
 	if err != nil {
 		res.Err = err
 		return res

@@ -106,7 +106,7 @@ func TestCheckHolds(t *testing.T) {
 // no overlap across them, and the batches of all processes are counted.
 // With MaxProcs, each process runs with the GOMAXPROCS asked for (one that
 // differs from Go's default here), which RunProcs checks in the processes'
-// reports.
+// reports. The machine's busy cores are measured over the timed window.
 func TestProcs(t *testing.T) {
 	env := newEnv(t)
 	exe, err := os.Executable()
@@ -126,6 +126,12 @@ func TestProcs(t *testing.T) {
 			}
 			if res.Batches < cell.W || res.Violations != 0 || res.Latency.P50 <= 0 {
 				t.Fatalf("%d batches, %d violations, latency %+v", res.Batches, res.Violations, res.Latency)
+			}
+			// The machine's busy cores during the timed window, which the
+			// targets read (where /proc/stat is). Fails if RunProcs does
+			// not measure them.
+			if MachineCPU() > 0 && res.MachineBusy <= 0 {
+				t.Fatalf("machine's busy cores not measured: %v", res.MachineBusy)
 			}
 		})
 	}

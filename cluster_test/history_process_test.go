@@ -97,21 +97,16 @@ func TestHistoryWithDelayedMessages(t *testing.T) {
 	// after their key was given away to an older waiter (rule Y: a
 	// delayed first round makes an older waiter join a line after a
 	// younger one was handed the key) and after the waiter joined the
-	// line again: case (b) of docs/proposals/direct-grant.md 2.4, closed
-	// by rule F (rule M refuses most such messages too: only those that
-	// arrive within 3R/4 of their entry's creation get past it).
+	// line again; rule F of the evidence makes the waiter ignore them,
+	// and the confirm checks every key on the server in any case.
 	// The history of every hold (Lock called, Lock returned, Release
 	// called or the end seen, at most the lease's Deadline; Release
 	// returned; on the machine's monotonic clock) is checked by
-	// porcupine: no two holds of a key overlap. Some grants must be
-	// direct, or the scenario tests nothing of the direct grant.
+	// porcupine: no two holds of a key overlap.
 	//
-	// Mutation: handOff accepting every message (no floor, no lost
-	// check). Caught (an overlap) in 1 of 8 runs of 15 s here, and not
-	// in one run of 60 s: rule M and the confirm it falls back to stop
-	// most stale messages. So a green run shows no overlap under late
-	// messages; it does not prove rule F (evidence_test.go does, case by
-	// case).
+	// The confirm makes this a test of exclusion under late messages
+	// and late calls, not of rule F: evidence_test.go proves rule F
+	// case by case (a stale message accepted costs a failed confirm).
 	e := newEnv(t, 3*time.Minute)
 	e.waitReady()
 	space := keySpace(6)
@@ -135,14 +130,11 @@ func TestHistoryWithDelayedMessages(t *testing.T) {
 		_ = p.stdin.Close() // all at once: each ends its batch in flight first
 	}
 	h := newHistory(e.tl)
-	direct, lost := 0, 0
+	lost := 0
 	for i, p := range procs {
 		for _, ev := range p.finish(t, i, 45*time.Second) {
 			if ev.Event != "held" {
 				continue
-			}
-			if ev.Direct {
-				direct++
 			}
 			if ev.How == "lost" {
 				lost++
@@ -158,13 +150,10 @@ func TestHistoryWithDelayedMessages(t *testing.T) {
 	// A lease found lost at its release: its Release (or conversion)
 	// left late, after its Deadline; the holder had stopped counting on
 	// it by then (the history ends it there).
-	t.Logf("%d holds in %v, %d granted directly, %d found lost at their release", v.Holds, run, direct, lost)
+	t.Logf("%d holds in %v, %d found lost at their release", v.Holds, run, lost)
 	v.requireSafe(t)
-	if direct == 0 {
-		t.Error("no grant was direct: the scenario did not test the direct grant")
-	}
-	if v.Holds < 50 {
-		t.Errorf("only %d holds", v.Holds)
+	if v.Holds == 0 { // a precondition: how many holds fit in the run is the machine's load
+		t.Error("no hold: the history checker checked nothing")
 	}
 	// What is left behind is checked by the other process tests; here
 	// it would cost two queue-entry lives (6 s) of CI time.

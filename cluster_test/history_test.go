@@ -30,14 +30,11 @@ type hold struct {
 	// Call is the earlier of the moment Lock (TryLock, Acquire) was called
 	// and Lease.Deadline minus the TTL (when the granting attempt was
 	// sent), Granted when it returned: the grant happened on the server
-	// somewhere in between. Deadline minus the TTL alone is no bound for a
-	// lease granted in reserved form (docs/proposals/direct-grant.md 3.2):
-	// its first deadline is lockval.ReserveTTL after the send of the call
-	// its evidence names, not a TTL after the granting send, so with a TTL
-	// below ReserveTTL it would lie after the grant. The earlier of the two
-	// is a bound for every lease (for one granted by an attempt it is the
-	// call of Lock: the window then includes the wait, which costs the
-	// fencing-order check the pairs whose windows now overlap).
+	// somewhere in between. Every grant's Deadline is a TTL after its
+	// granting send, so the earlier of the two is the Lock call: a bound
+	// that holds whatever the Deadline says (the window includes the
+	// wait, which costs the fencing-order check the pairs whose windows
+	// overlap).
 	Call, Granted int64
 	// End is when the holder stopped counting on the keys: the earliest of
 	// its Release call, the moment it saw the lease end (Done), and the

@@ -123,12 +123,14 @@ func TestReshardingUnderLoad(t *testing.T) {
 			// Requests (every other worker) wait in Redis's lines and poll
 			// for permits, never in the local queue: measured 443-701
 			// grants for 804-1,166 moves (1,239 for 715 without them).
-			// A quarter of the moves, still far above the bug's handful.
 			// Replicated: 296 grants for ~1,150 moves without requests,
-			// 182 with them (14 attempts timed out, 4 without): an eighth.
-			min := moves / 4
+			// 182 with them (14 attempts timed out, 4 without).
+			// The bound sits about 10x below what was measured (grants
+			// per move are the machine's load), still far above the
+			// bug's handful; at least one grant in any case.
+			min := max(1, moves/20)
 			if m.replicas > 0 {
-				min = moves / 8
+				min = max(1, moves/60)
 			}
 			if g := e.hist.grants(); g < min {
 				t.Errorf("only %d grants across %d moves", g, moves)

@@ -108,8 +108,7 @@ func TestSharedKeyHandedToAWaiterByReservationInAnotherProcess(t *testing.T) {
 	if granted.From < before {
 		t.Fatalf("the waiting process was granted %.3f ms before the last reader's release", ms(before-granted.From))
 	}
-	// Held, or still the reservation naming the granted lease (a direct
-	// grant, before its conversion).
+	// Held: a lease holds its keys from its grant.
 	if v := get(k); !lockval.HeldBy(v, res.Waiter) {
 		t.Fatalf("k is %q, not held by the granted process", v)
 	}

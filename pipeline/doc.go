@@ -1,12 +1,21 @@
-// Package pipeline acquires lock keys with pipelined SET NX PX and no Lua,
-// for servers where scripts are denied (an ACL without @scripting, a proxy
-// that rejects EVAL). It is for the root package.
+// Package pipeline is the root package's script-free engine: it acquires,
+// extends and releases lock keys with pipelined SET NX PX and no Lua, for
+// servers where scripts are denied (an ACL without @scripting, a proxy
+// that rejects EVAL). Users import the root package,
+// github.com/slotlock/slotlock, which switches to this engine
+// (Options.Strategy).
 //
 // It is a protocol.Strategy (internal/protocol, which decides what an
 // acquisition keeps, gives back and waits for), like the Lua engine
-// (package batch), and writes lock values the Lua scripts understand
-// (internal/lockval): the lease token as the plain value. A key whose value is the token, or
-// the token followed by a Lua waiter's mark '!', is ours; anything else
+// (package batch). New and the Engine's methods take internal types
+// because the methods implement protocol.Strategy (and ExtendMany the root
+// package's interface of an engine), which Go satisfies across packages
+// only with exported methods; no one outside this module can build their
+// arguments.
+//
+// It writes lock values the Lua scripts understand (internal/lockval): the
+// lease token as the plain value. A key whose value is the token, or the
+// token followed by a Lua waiter's mark '!', is ours; anything else
 // belongs to someone else. Leases of both strategies can therefore contend
 // for the same keys.
 //

@@ -249,23 +249,26 @@ func TestValidityWindowEndsTheLease(t *testing.T) {
 	require.ErrorIs(t, le.Release(ctx), slotlock.ErrLeaseLost)
 }
 
-// TestRenewalKeepsTheLeaseAcrossDeployments: with a 600 ms TTL a lease
-// lives for 3 s, renewed on every deployment, and its validity window
-// keeps moving.
+// TestRenewalKeepsTheLeaseAcrossDeployments: with a 2 s TTL a lease lives
+// for more than three TTLs, renewed on every deployment, and its validity
+// window keeps moving. (The TTL leaves a renewal, due every TTL/3, more
+// than a second of slack: with 600 ms, a loaded 2-core machine lost the
+// lease on every deployment.)
 func TestRenewalKeepsTheLeaseAcrossDeployments(t *testing.T) {
 	e := sharedEnv(t)
 	ctx := ctxT(t, 30*time.Second)
-	l := e.locker(quorum.Options{Options: slotlock.Options{TTL: 600 * time.Millisecond}})
+	const ttl = 2 * time.Second
+	l := e.locker(quorum.Options{Options: slotlock.Options{TTL: ttl}})
 	le, err := l.TryLock(ctx, "r1", "r2")
 	require.NoError(t, err)
 	first := le.Deadline()
 	select {
 	case <-le.Done():
 		t.Fatalf("lease ended: %v", le.Err())
-	case <-time.After(3 * time.Second):
+	case <-time.After(3*ttl + ttl/4):
 	}
 	require.NoError(t, le.Err())
-	require.True(t, le.Deadline().After(first.Add(2*time.Second)), "deadline did not move: %v then %v", first, le.Deadline())
+	require.True(t, le.Deadline().After(first.Add(2*ttl)), "deadline did not move: %v then %v", first, le.Deadline())
 	require.Equal(t, []int{0, 1, 2}, le.Held())
 	require.NoError(t, le.Extend(ctx, 10*time.Second))
 	require.Greater(t, time.Until(le.Deadline()), 9*time.Second)

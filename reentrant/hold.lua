@@ -16,21 +16,13 @@ end
 
 -- is_mine reports whether lock key k, whose value is v, is held by the
 -- lease: the holder matches and, for a reentrant lease, the lease is in the
--- key's hold set. A plain lease also owns a key reserved for it (its
--- holder is its lease token, the waiter a reservation names): a waiter by
--- reservation granted directly holds its keys in reserved form until its
--- first renewal converts them (docs/proposals/direct-grant.md 3.2), and
--- release, extend and guard must take them as its own. Only the owner's
--- scripts write over a value naming it, so a reservation for the lease is
--- as much the lease's as its held value. The equality comes first: a
--- plain held key answers at once, and only a value that is not the token
--- pays the pattern search and the reservation's parse.
+-- key's hold set. A key reserved for a waiter is nobody's lease, even one
+-- naming the lease's token: a lease holds its keys from its grant. The
+-- equality comes first: a plain held key answers without the pattern
+-- search.
 local function is_mine(k, v, holder, lease)
-  if not v then
+  if not v or (v ~= holder and holder_of(v) ~= holder) then
     return false
-  end
-  if v ~= holder and holder_of(v) ~= holder then
-    return lease == '' and reserved_for(v) == holder
   end
   return lease == '' or redis.call('HEXISTS', hold_key(k), lease) == 1
 end

@@ -1,32 +1,21 @@
 package reentrant
 
 import (
-	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/base64"
 )
 
-// HoldLua is the Lua of hold sets (hold_key, is_mine), composed into every
-// batch script: Redis scripts have no include, and the per-slot scripts
-// must stay single scripts to stay atomic.
-//
 //go:embed hold.lua
-var HoldLua string
+var holdLua string
 
-type ownerKey struct{}
-
-// WithOwner returns a context carrying the owner identity id.
-func WithOwner(ctx context.Context, id string) context.Context {
-	return context.WithValue(ctx, ownerKey{}, id)
-}
-
-// OwnerFrom returns the owner identity of ctx, if any.
-func OwnerFrom(ctx context.Context) (string, bool) {
-	id, ok := ctx.Value(ownerKey{}).(string)
-	return id, ok && id != ""
-}
+// HoldLua returns the Lua of hold sets (hold_key, is_mine), which package
+// batch composes into every script: Redis scripts have no include, and the
+// per-slot scripts must stay single scripts to stay atomic. It is a
+// function, not a variable, so that nobody can change the scripts at run
+// time.
+func HoldLua() string { return holdLua }
 
 // OwnerToken is what all leases of owner id write into their lock keys:
 // 128 bits of HMAC-SHA256(secret, id), URL-safe. The secret belongs to one

@@ -22,9 +22,9 @@
 --           channel
 -- '^' is not base64url, so a reserved value never equals or starts with a
 -- token: every check that compares a value with a holder (SET NX, the
--- pipeline strategy's compare) already refuses a reservation; is_mine
--- (hold.lua) takes one naming a plain lease's own token as the lease's, on
--- purpose (a lease granted directly holds its keys so at first). Tokens
+-- pipeline strategy's compare, is_mine in hold.lua) refuses a
+-- reservation, even one naming the lease's own token: a lease holds its
+-- keys from its grant, never in reserved form. Tokens
 -- are base64url: never '.', '!', '#', ':', ' ', '^' or '~'; an inbox ends with
 -- one (its Locker id), so a trailing '!' is always the mark.
 -- Reentrant leases also keep a hold set beside the lock key (package

@@ -2,14 +2,9 @@
 -- no longer held by the lease, none is touched and every such key is named.
 -- A key shared by several leases of one owner only ever gets a later
 -- expiry, never an earlier one: the others count on theirs.
--- A key still reserved for a plain lease (a direct grant: is_mine in
--- hold.lua) is converted: it becomes the lease's held value, holder with
--- the reservation's mark kept ('!': others wait in its queue, and its
--- release must hand it on), with the new expiry. Its queue is not touched:
--- it holds no entry of the lease (a waiter leaves a key's line when the
--- key becomes its own; the mark says whether others wait). Every key is
--- read before the first write, as for any call here: a key of a slot this
--- node no longer serves fails the call before anything is converted.
+-- Every key is read before the first write, as for any call here: a key
+-- of a slot this node no longer serves fails the call before anything is
+-- written.
 --
 -- ARGV[1] holder, ARGV[2] lease token of a reentrant lease or ""
 -- ARGV[3] ttl in milliseconds
@@ -26,23 +21,16 @@ if ARGV[4] == '' then
 end
 
 local lost = {}
-local reserved = {} -- the held value of each key still in reserved form
 for i = first, last do
-  local v = redis.call('GET', keys[i])
-  local mine = is_mine(keys[i], v, holder, lease)
-  if not mine then
+  if not is_mine(keys[i], redis.call('GET', keys[i]), holder, lease) then
     lost[#lost + 1] = i - first + 1
-  elseif v ~= holder and string.byte(v, 1) == 94 then -- '^': reserved for the lease
-    reserved[i] = string.byte(v, -1) == 33 and holder .. '!' or holder
   end
 end
 if #lost > 0 then
   return lost
 end
 for i = first, last do
-  if reserved[i] then
-    redis.call('SET', keys[i], reserved[i], 'PX', ttl)
-  elseif lease == '' then
+  if lease == '' then
     redis.call('PEXPIRE', keys[i], ttl)
   else
     if redis.call('PTTL', keys[i]) < ttl then

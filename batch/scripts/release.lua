@@ -8,9 +8,7 @@
 -- empty. A key a waiter marked ('!') is handed to the oldest waiter in its
 -- queue (hand_off, common.lua), which a message on the sharded channel
 -- named like the key wakes at once; with nobody in line it is deleted and
--- the message wakes every waiter. A key still reserved for a plain lease
--- (granted directly, not yet converted: is_mine) goes the same way, as a
--- reservation's mark says the same.
+-- the message wakes every waiter.
 --
 -- ARGV[1] holder, ARGV[2] lease token of a reentrant lease or ""
 -- ARGV[3..] the lock keys when the call covers a whole node; a call for one

@@ -2,11 +2,11 @@
 -- across processes"; the seq and the guard: docs/proposals/direct-grant.md,
 -- section 1). A waiting acquisition holds no lock key: it reserves every
 -- key it can, and stands in the queue of every other one. Nothing here
--- grants anything: the waiter is granted when its own evidence (the
--- replies of these calls, and hand-off messages naming them) proves every
--- key reserved for it (internal/protocol/evidence.go, the direct grant),
--- or by acquire.lua mode 'c' (the confirm), which takes keys that are
--- free, reserved for it or its own, all or nothing.
+-- grants anything: when its own evidence (the replies of these calls, and
+-- hand-off messages naming them: internal/protocol/evidence.go) says every
+-- key is reserved for it, the waiter sends acquire.lua mode 'c' (the
+-- confirm), which takes keys that are free, reserved for it or its own,
+-- all or nothing, as holds with the lease's TTL.
 --
 -- ARGV[1] the waiter (its lease token, the holder of a plain lease)
 -- ARGV[2] its ticket: server time in microseconds, decimal, the same in

@@ -12,7 +12,7 @@
 //
 // Every subcommand takes the connection flags (--addrs, --user, --password
 // or SLOTLOCK_PASSWORD, --tls...) and --prefix. Exit codes are listed in
-// exitUsage and below, and in README.md.
+// exitUsage and below, and in docs/operability.md.
 //
 // Install with
 //

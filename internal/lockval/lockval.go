@@ -1,6 +1,8 @@
-// Package lockval is the Go side of the lock value format. The Lua side is
-// batch/scripts/common.lua (holder_of, fence_of, and the '!' test in the
-// scripts); the two must change together.
+// Package lockval reads and writes, in Go, the values slotlock keeps in
+// and beside lock keys (lock values, queue entries, permit holds) and the
+// messages it publishes about them (hand-offs). The Lua side is batch/scripts/common.lua (holder_of,
+// fence_of, and the '!' test in the scripts); the two must change
+// together.
 //
 // A lock key holds a string, held, reserved or shared:
 //
@@ -19,9 +21,9 @@
 //	    (decimal) when it started to wait; the smaller is older;
 //	  - seq: the call of that acquisition the reservation rests on (the
 //	    reserve call that wrote it, or the call that created the queue
-//	    entry a hand-off popped; docs/proposals/direct-grant.md, 1.2),
-//	    decimal, positive; a value without it (an older version) reads as
-//	    seq 0;
+//	    entry a hand-off popped; docs/design.md, "Waiting by reservation
+//	    across processes"), decimal, positive; a value without it (an
+//	    older version) reads as seq 0;
 //	  - inbox: the sharded channel its Locker listens on, on the key's node
 //	    (it ends with the Locker's base64url id, never with '!');
 //	  - '~': shared holders hold the key: the one holder's lease token
@@ -182,16 +184,11 @@ func ParseHandOff(field string) (waiter string, seq int64) {
 }
 
 // HeldBy reports whether v belongs to the plain lease or owner holder: a
-// held value of holder (any fence, marked or not), or a reservation naming
-// holder (a lease granted directly still holds its keys in that form;
-// is_mine in reentrant/hold.lua). Shared values and reservations of
-// other tokens are not.
+// held value of holder (any fence, marked or not), as is_mine in
+// reentrant/hold.lua reads it. Shared values and reservations are not,
+// even a reservation naming holder: a lease holds its keys from its grant.
 func HeldBy(v, holder string) bool {
-	if Holder(v) == holder {
-		return true
-	}
-	w, ok := ReservedFor(v)
-	return ok && w == holder
+	return v != "" && v[0] != '^' && v[0] != '~' && Holder(v) == holder
 }
 
 // Holder returns the holder part of v (holder_of in common.lua).

@@ -216,17 +216,17 @@ func TestParseHandOff(t *testing.T) {
 }
 
 // TestHeldBy: the values a plain lease's owner-checked scripts take as
-// its own (is_mine in reentrant/hold.lua), the reserved form included.
+// its own (is_mine in reentrant/hold.lua): held values only.
 func TestHeldBy(t *testing.T) {
 	for v, want := range map[string]bool{
 		"tok":                     true,
 		"tok!":                    true,
 		"tok.42":                  true,
 		"tok.42!":                 true,
-		"^12:tok/5:P{a}#in:id":    true,
-		"^12:tok/5:P{a}#in:id!":   true,
-		"^12:tok:P{a}#in:id!":     true, // an older version's reservation
-		"^tok!":                   true, // handed to a waiter in line (reserved_for)
+		"^12:tok/5:P{a}#in:id":    false, // reserved for tok: not a hold
+		"^12:tok/5:P{a}#in:id!":   false,
+		"^12:tok:P{a}#in:id!":     false, // an older version's reservation
+		"^tok!":                   false, // handed to a waiter in line (reserved_for)
 		"tokX":                    false,
 		"tokX.3":                  false,
 		"^12:tokX/5:P{a}#in:id":   false, // our token is a prefix of its

@@ -98,22 +98,17 @@ const ReserveRefresh = 500 * time.Millisecond / 3
 
 // The argument, beside docs/design.md's.
 //
-// Exclusion. A waiter by reservation is granted in one of two ways.
-// Directly (docs/proposals/direct-grant.md, sections 2 and 5): every key
-// is proved reserved for it by its own evidence (evidence.go): the reply
-// of one of its rounds that reserved the key, or a hand-off message that
-// names the round which created the queue entry it popped; a reservation
-// names one acquisition, only that acquisition's scripts change it before
-// it expires, and it expires no earlier than R after the send of the round
-// the evidence rests on (the write came after that send). Deadline is that
-// lower bound, at least R/4 ahead (rule M); the lease converts its keys
-// into holds by its first renewal. Rules F, I and L, and the guard of
-// reserve.lua, keep stale messages and late rounds out of the evidence;
-// a round with an unknown outcome ends the token (ErrUnsettled). Or by a
-// confirm (fenced leases, MinReplicas, evidence too old): an attempt whose
-// script, on every node, checked every key before writing and took them
-// only if each was free, reserved for it or its own (all or nothing, as
-// TryLock); Deadline is the confirm's send time plus the TTL.
+// Exclusion. A waiter by reservation is granted only by its confirm: an
+// attempt whose script, on every node, checked every key before writing
+// and took them only if each was free, reserved for it or its own (all or
+// nothing, as TryLock), writing holds with the lease's TTL; Deadline is
+// the confirm's send time plus the TTL, so a holder paused for less than
+// its TTL keeps every key. It sends the confirm when its evidence
+// (evidence.go: the replies of its rounds and the hand-off messages that
+// name them) says every key is reserved for it; evidence that is wrong
+// costs a failed confirm, never a grant. A round with an unknown outcome
+// ends the token (ErrUnsettled): run late, it could give away a key the
+// confirm took.
 //
 // No deadlock. A waiter by reservation holds no held key while it waits,
 // except for the one call after its first attempt (or after a confirm
@@ -137,8 +132,8 @@ const ReserveRefresh = 500 * time.Millisecond / 3
 
 // lockByReservation continues Lock for an acquisition whose first attempt
 // (a) did not take every key: it waits by reservation until its evidence
-// (evidence.go) says every key is reserved for it, and is then granted
-// directly or by its confirm, or until ctx ends.
+// (evidence.go) says every key is reserved for it, and is then granted by
+// its confirm, or until ctx ends.
 func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket string) (Grant, error) {
 	set, r := q.set, q.r
 	n := set.Len()
@@ -150,18 +145,14 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 	// acquisition: replies of its rounds, and hand-offs that name the
 	// round whose queue entry they popped. Rounds are numbered in the
 	// order they are sent, one at a time (lockval.MaxSeq is out of reach).
+	// It is never granted with its keys in reserved form: a reservation
+	// lives lockval.ReserveTTL, a lease holds its keys for its TTL
+	// (TestAPausedGranteeKeepsItsKeys).
 	ws := newWaitState(n)
-	// direct: the lease may be granted with its keys in reserved form
-	// (docs/proposals/direct-grant.md, 2.6). A fenced lease draws its
-	// tokens in the confirm, and a lease with MinReplicas waits for the
-	// replicas of the confirm's own writes: a reservation written by a
-	// releaser's script is on the releaser's connection, which no WAIT of
-	// this waiter covers.
-	direct := !r.Fencing && r.MinReplicas == 0
 	leave := func(cause error) (Grant, error) {
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.CleanupTimeout)
 		defer cancel()
-		res := s.Reserve(lctx, set, r, ticket, ws.send(time.Now()), true)
+		res := s.Reserve(lctx, set, r, ticket, ws.send(), true)
 		if r.Stats != nil {
 			r.Stats.Rollbacks++
 			if res.Err != nil {
@@ -182,7 +173,7 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 			return leave(context.Cause(ctx))
 		}
 		if reserve {
-			seq := ws.send(time.Now())
+			seq := ws.send()
 			res := s.Reserve(ctx, set, r, ticket, seq, false)
 			ws.reply(seq, res)
 			if ctx.Err() != nil {
@@ -215,16 +206,8 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 			}
 			timer.Reset(next)
 		}
-		// Every key proved reserved: granted as they stand (the direct
-		// grant), or by a confirm where the lease needs a script at its
-		// grant (fences, replicas' acknowledgement of its own writes) or
-		// the evidence is too old (rule M).
-		now := time.Now()
-		v, d := ws.decide(now, direct)
-		if v == grantDirect {
-			return Grant{Deadline: d, Reserved: true, At: now}, nil
-		}
-		if v == confirm {
+		// Every key proved reserved: the confirm takes them.
+		if ws.ready() {
 			t0 := time.Now()
 			a := s.Attempt(ctx, set, 0, r, AttemptOptions{Mode: Confirm, Ticket: ticket})
 			r.Stats.attempt(&a)

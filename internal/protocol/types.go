@@ -10,13 +10,6 @@ type Who struct {
 	// Lease is the lease token when Holder is an owner token (the lease
 	// then joins each key's hold set), and "" otherwise.
 	Lease string
-	// Reserved: the keys may still be in reserved form, reserved for
-	// Holder (a direct grant whose conversion has not answered for every
-	// key: Grant.Reserved). Only a release needs to know: the one-key
-	// release script (batch/scripts/release1.lua) reads held values only,
-	// to keep the uncontended path at its bytes, so such a release goes
-	// through the general one, which accepts both forms (is_mine).
-	Reserved bool
 }
 
 // KeyState is what an attempt knows of one key.
@@ -115,19 +108,12 @@ func (a *Attempt) FirstFailure(from int) int {
 // Grant is a successful acquisition.
 type Grant struct {
 	// Deadline is the client-side estimate of the keys' expiry: the
-	// moment the granting attempt was sent plus the TTL, or with Reserved
-	// a lower bound on the reservations' expiry.
+	// moment the granting attempt was sent plus the TTL. Every key was
+	// written as a hold with the TTL by that attempt (or an earlier one
+	// of the same acquisition), so none expires before it.
 	Deadline time.Time
-	// Reserved: the keys are still in reserved form, each reserved for
-	// the acquisition (a direct grant, docs/proposals/direct-grant.md
-	// section 3), and Deadline is about lockval.ReserveTTL ahead until the
-	// lease's first renewal (Strategy.Extend, the conversion) turns them
-	// into held keys.
-	Reserved bool
-	// At is when the grant was decided on the client: the granting
-	// attempt's send time, or for a direct grant the moment the waiter
-	// saw its evidence complete. A lease counts its hold time from it and
-	// schedules its conversion by it.
+	// At is when the granting attempt was sent. A lease counts its hold
+	// time from it.
 	At time.Time
 	// Fences are the fencing tokens per set index, with fencing on.
 	Fences []int64

@@ -215,7 +215,6 @@ func (n *node) read(keys []string) error {
 		cmds[i] = n.conn.B().Get().Key(k).Build()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
-	sent := time.Now() // settle: a reservation is held only in a read sent before a lease's conversion
 	res := n.conn.DoMulti(ctx, cmds...)
 	cancel()
 	vals := make([]*string, 0, len(keys))
@@ -231,7 +230,7 @@ func (n *node) read(keys []string) error {
 				n.pending[k] = struct{}{}
 			}
 			n.mu.Unlock()
-			n.settle(settled, vals, sent)
+			n.settle(settled, vals)
 			return fmt.Errorf("tracking: read on %s: %w", n.addr, err)
 		}
 		v, err := r.ToString()
@@ -249,7 +248,7 @@ func (n *node) read(keys []string) error {
 			// watchdog's extend reports it; nothing to settle here.
 		}
 	}
-	n.settle(settled, vals, sent)
+	n.settle(settled, vals)
 	if len(stale) > 0 {
 		n.drop(stale...)
 		n.t.reroute(stale)
@@ -257,9 +256,9 @@ func (n *node) read(keys []string) error {
 	return nil
 }
 
-func (n *node) settle(keys []string, vals []*string, sent time.Time) {
+func (n *node) settle(keys []string, vals []*string) {
 	if len(keys) > 0 {
-		n.t.settle(keys, vals, sent)
+		n.t.settle(keys, vals)
 	}
 }
 

@@ -25,19 +25,6 @@ type Owner interface {
 	Lost(idx []int)
 	// Expired is called once when Deadline passed.
 	Expired()
-	// ReservedUntil bounds when the keys may be in reserved form,
-	// reserved for the watch's Holder (a lease granted directly, before
-	// its first renewal converted them: docs/proposals/direct-grant.md
-	// 3.2): a read SENT before it that finds such a reservation finds the
-	// key held; one sent at or after it finds a loss. It is the zero time
-	// for a lease granted with held keys, and after its conversion the
-	// moment the conversion's reply was taken in: every key had been
-	// converted on the server before. Then a reservation naming the lease
-	// can only be the work of a call of its acquisition that ran late (a
-	// lost reply: the design's case (c2)); its expiry is the reservation's,
-	// short of the lease's deadline, and it must read as a loss, as it did
-	// before leases could hold reservations.
-	ReservedUntil() time.Time
 }
 
 // Watch is one lease as the Tracker sees it. The caller fills the exported
@@ -47,9 +34,8 @@ type Watch struct {
 	// Set holds the lease's lock keys (Set.Lock) and their slots.
 	Set *protocol.Set
 	// Holder is what every lock key's value starts with while the lease
-	// holds it (the lease or owner token; see lockval.Holder), or the
-	// waiter a reservation names while a lease granted directly still
-	// holds its keys in reserved form (lockval.HeldBy, Owner.ReservedUntil).
+	// holds it (the lease or owner token; see lockval.Holder). A key
+	// reserved for it is not held: a lease holds its keys from its grant.
 	Holder string
 	Owner  Owner
 
@@ -477,20 +463,16 @@ func (t *Tracker) reroute(keys []string) {
 	t.pokeRouter()
 }
 
-// settle applies the reads of keys, sent at sent: vals[i] is the value of
+// settle applies the reads of keys: vals[i] is the value of
 // keys[i] (nil: no key). Watches whose holder does not match lose those
-// keys. A key reserved for the watch's holder is held when the read was
-// sent before Owner.ReservedUntil: a lease granted directly holds its keys
-// in that form until its first renewal converts them (the conversion
-// changes the value, so its invalidation brings one more read of each key,
-// which finds it held).
-func (t *Tracker) settle(keys []string, vals []*string, sent time.Time) {
+// keys.
+func (t *Tracker) settle(keys []string, vals []*string) {
 	lost := map[*Watch][]int{}
 	var held int64
 	t.mu.Lock()
 	for i, k := range keys {
 		for _, r := range t.keys[k] {
-			if v := vals[i]; v == nil || !holds(*v, r.w, sent) {
+			if v := vals[i]; v == nil || lockval.Holder(*v) != r.w.Holder {
 				lost[r.w] = append(lost[r.w], r.i)
 			} else {
 				held++
@@ -505,17 +487,6 @@ func (t *Tracker) settle(keys []string, vals []*string, sent time.Time) {
 			w.Owner.Lost(idx)
 		}
 	}
-}
-
-// holds reports whether value v, read by a read sent at sent, is w's.
-// The held form is compared first: a plain held key answers without
-// asking the lease.
-func holds(v string, w *Watch, sent time.Time) bool {
-	if lockval.Holder(v) == w.Holder {
-		return true
-	}
-	r, ok := lockval.ReservedFor(v) // the rest of lockval.HeldBy
-	return ok && r == w.Holder && sent.Before(w.Owner.ReservedUntil())
 }
 
 // deadlines is a min-heap of watches by deadline; each watch is in it at

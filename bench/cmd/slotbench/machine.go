@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
 
@@ -126,34 +124,4 @@ func libraryCommit(ctx context.Context, root string) string {
 		commit += "+dirty"
 	}
 	return commit
-}
-
-// machineBusy is the CPU time all processors spent outside idle and iowait
-// since boot, from /proc/stat.
-func machineBusy() time.Duration {
-	f, err := os.Open("/proc/stat")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 || fields[0] != "cpu" {
-			continue
-		}
-		var busy int64
-		for i, v := range fields[1:] {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			// user nice system idle iowait irq softirq steal guest guest_nice;
-			// guest time is already counted in user.
-			if i == 3 || i == 4 || i >= 8 {
-				continue
-			}
-			busy += n
-		}
-		// USER_HZ is 100 on every Linux this runs on.
-		return time.Duration(busy) * 10 * time.Millisecond
-	}
-	return 0
 }

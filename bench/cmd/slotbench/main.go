@@ -234,6 +234,7 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "slotbench: report:", err)
 		return 1
 	}
+	printTargets(os.Stdout, rows, pairs)
 	fmt.Printf("slotbench: %d cells in %s; report in %s\n", len(rows), time.Since(began).Round(time.Second), cfg.out)
 	if failed > 0 {
 		fmt.Fprintf(os.Stderr, "slotbench: %d failures\n", failed)
@@ -382,7 +383,7 @@ func runCell(ctx context.Context, env *bench.Env, cell bench.Cell, cfg config) r
 func measure(ctx context.Context, env *bench.Env, cell bench.Cell, d time.Duration, verify int) row {
 	_ = flag.Set("test.benchtime", d.String())
 	start := time.Now()
-	m0, self0 := machineBusy(), bench.ProcessCPU()
+	m0, self0 := bench.MachineCPU(), bench.ProcessCPU()
 	srv0, _ := env.ServerCPU(ctx)
 
 	r := row{Result: bench.Result{Cell: cell}}
@@ -391,7 +392,7 @@ func measure(ctx context.Context, env *bench.Env, cell bench.Cell, d time.Durati
 		r.Wall = time.Since(start)
 		srv1, _ := env.ServerCPU(ctx)
 		used := (bench.ProcessCPU() - self0) + r.ClientCPU + (srv1 - srv0)
-		r.Foreign = max(0, (machineBusy()-m0-used).Seconds()/r.Wall.Seconds())
+		r.Foreign = max(0, (bench.MachineCPU()-m0-used).Seconds()/r.Wall.Seconds())
 		return r
 	}
 	run, err := env.NewRun(ctx, cell)
@@ -416,7 +417,7 @@ func measure(ctx context.Context, env *bench.Env, cell bench.Cell, d time.Durati
 	r.Wall = time.Since(start)
 	srv1, _ := env.ServerCPU(ctx)
 	used := (bench.ProcessCPU() - self0) + (srv1 - srv0)
-	r.Foreign = max(0, (machineBusy()-m0-used).Seconds()/r.Wall.Seconds())
+	r.Foreign = max(0, (bench.MachineCPU()-m0-used).Seconds()/r.Wall.Seconds())
 	return r
 }
 

@@ -10,27 +10,17 @@ import (
 	"github.com/slotlock/slotlock/bench"
 )
 
-// pairTarget is one ratio the project targets, measured apart from the
-// matrix by running its two cells alternately (A B, B A, A B, ...): on a
-// machine shared with other programs, a burst of load then hits both sides
-// instead of one, and the median of the rounds' ratios is what counts.
+// pairTarget is two cells that one or more target rules read (the
+// batches/s ratio, or A's commands, CPU or waits against B's), measured
+// apart from the matrix by running them alternately (A B, B A, A B, ...):
+// on a machine shared with other programs, a burst of load then hits both
+// sides instead of one, and the median of the rounds is what counts.
 type pairTarget struct {
 	Label string
 	A, B  bench.Cell // the ratio is A's batches/s over B's
-	Need  float64
-	// Ref marks a reference pair, not a target: it measures what the
-	// targets are up against (the price of the owner check) and has no
-	// required ratio (Need is unused).
-	Ref bool
-	// WaitP99 and WaitMax, when set, bound A's waits too (issue 15's
-	// targets for waiters across processes): the median of the rounds'
-	// wait p99 and the longest wait of any round.
-	WaitP99, WaitMax time.Duration
-	// Rounds, when set, replaces pairRounds: four for the reference pairs
-	// and issue 15's pairs (whose contended cells cost two to three times
-	// an uncontended one, and a process start each), ten at K = 1 on
-	// loopback (k1Rounds). Even, so that every round has its other order
-	// (balanced).
+	// Rounds, when set, replaces pairRounds (targetRules says how many
+	// each pair runs; even, so that every round has its other order:
+	// balanced).
 	Rounds int
 	// D is the target time of each cell of a round.
 	D time.Duration
@@ -111,158 +101,30 @@ func (t *pairTarget) rounds(cfg config) int {
 	return pairRounds(cfg)
 }
 
-// refKs are the K of the reference pairs: the loopback targets that the
-// owner check puts within a few percent of the best a safe lock can do.
-// K = 1,000 since 80e6748: on the AMD machine of 2026-11-25 the checked
-// pipeline itself made 0.87x raw there, below the 0.90 target.
-var refKs = []int{1000, 100, 1}
-
 // k1Rounds is the rounds of the pairs at K = 1 on loopback, whose single
-// cells are the noisiest of the matrix (targetPairs).
+// cells are the noisiest of the matrix (targetRules).
 const k1Rounds = 10
 
-// refRounds is the rounds of a reference pair: four, but at K = 1 on
-// loopback as many as its target's, whose ratio it explains.
-func refRounds(r refCell) int {
-	if r.k == 1 && r.rtt == 0 {
-		return k1Rounds
-	}
-	return 4
-}
-
-// refCell is the K and round trip of a reference pair.
-type refCell struct {
-	k   int
-	rtt time.Duration
-}
-
-// refCells are the reference pairs' cells: refKs on loopback, and K = 1,000
-// behind each emulated round trip, whose targets (0.95x raw) a
-// bench/cmd/rounds run also found above the checked pipeline's own ratio
-// (0.938x at 200 us, 0.925x at 1 ms, 2026-11-25): the report shows it
-// from the same run as the targets.
-func refCells() []refCell {
-	var out []refCell
-	for _, k := range refKs {
-		out = append(out, refCell{k, 0})
-	}
-	for _, rtt := range bench.RTTs[1:] {
-		out = append(out, refCell{1000, rtt})
-	}
-	return out
-}
-
-// refLabel names a reference pair, as targetPairs names the target of the
-// same cell: "K = 1000: what (RTT 0.2 ms)".
-func refLabel(what string, r refCell) string {
-	l := fmt.Sprintf("K = %d: %s", r.k, what)
-	if r.rtt > 0 {
-		l += " (RTT " + ms(r.rtt) + ")"
-	}
-	return l
-}
-
-// targetPairs lists the project's targets for slotlock: on loopback, and
-// behind each emulated round trip. The contended ones compare with the
-// peer that did best in the matrix at the same round trip.
+// targetPairs are the pairs the target rules read (targetRules), in
+// the rules' order, and the ceiling's reference pairs (ceilingPairs). A
+// pair that several rules read runs once, as many rounds as the most any
+// of them asks.
 func targetPairs(rows []row) []*pairTarget {
-	sl := func(k int, rtt time.Duration) bench.Cell {
-		return bench.Cell{Contender: "slotlock", K: k, W: 1, RTT: rtt}
-	}
-	other := func(name string, k int, rtt time.Duration) bench.Cell {
-		return bench.Cell{Contender: name, K: k, W: 1, RTT: rtt}
-	}
-	out := []*pairTarget{
-		{Label: "K = 1000: slotlock / raw pipeline", A: sl(1000, 0), B: other("raw-pipeline", 1000, 0), Need: 0.9},
-		{Label: "K = 100: slotlock / raw pipeline", A: sl(100, 0), B: other("raw-pipeline", 100, 0), Need: 0.85},
-		// Ten rounds at K = 1 on loopback: a single worker there waits on
-		// the wire more than it computes, and its cells' rates swing by a
-		// third from one round to the next on these machines (slotlock /
-		// raw 1.15, 0.84, 0.80, 0.85, 1.10 in one run of five, 2026-11-28),
-		// so a median of five moved with one or two rounds.
-		{Label: "K = 1: slotlock / raw pipeline", A: sl(1, 0), B: other("raw-pipeline", 1, 0), Need: 0.9, Rounds: k1Rounds},
-	}
-	// The price of the owner check on loopback, where the targets are
-	// tightest: the checked pipeline (the raw pipeline with the smallest
-	// owner-checked release) against the raw pipeline, and slotlock
-	// against it.
-	for _, r := range refCells() {
-		chk := other(bench.CheckedPipeline, r.k, r.rtt)
-		// Four rounds, not six: references, not targets (cut when issue
-		// 15's pairs came, to stay under 12 minutes).
-		out = append(out,
-			&pairTarget{Label: refLabel("checked pipeline / raw pipeline", r), A: chk, B: other("raw-pipeline", r.k, r.rtt), Ref: true, Rounds: refRounds(r)},
-			&pairTarget{Label: refLabel("slotlock / checked pipeline", r), A: sl(r.k, r.rtt), B: chk, Ref: true, Rounds: refRounds(r)},
-		)
-	}
-	for _, rtt := range bench.RTTs[1:] {
-		at := " (RTT " + ms(rtt) + ")"
-		out = append(out,
-			&pairTarget{Label: "K = 1000: slotlock / sequential SET NX" + at, A: sl(1000, rtt), B: other("sequential-setnx", 1000, rtt), Need: 100},
-			&pairTarget{Label: "K = 1000: slotlock / raw pipeline" + at, A: sl(1000, rtt), B: other("raw-pipeline", 1000, rtt), Need: 0.95},
-			&pairTarget{Label: "K = 1: slotlock / raw pipeline" + at, A: sl(1, rtt), B: other("raw-pipeline", 1, rtt), Need: 0.95},
-		)
-	}
-	out = append(out, processPairs()...)
-	if rows == nil {
-		return out
-	}
-	for _, rtt := range bench.HotRTTs {
-		// On loopback 2.5x: the peers' backoff costs them least there.
-		need := 3.0
-		if rtt == 0 {
-			need = 2.5
-		}
-		if best, ok := (report{rows: rows}).bestPeer(rtt); ok {
-			label := "contended: slotlock / best peer (" + best.Contender + ")"
-			if rtt > 0 {
-				label += " (RTT " + ms(rtt) + ")"
-			}
-			out = append(out, &pairTarget{Label: label, A: bench.Contended("slotlock", rtt), B: bench.Contended(best.Contender, rtt), Need: need})
-		}
-	}
-	return out
-}
-
-// Issue 15's targets for waiting across Lockers (one per worker in this
-// process) and across processes (4 × 4, 16 × 1): batches/s against one
-// Locker, and A's waits.
-const (
-	xprocNeed    = 0.75
-	xprocWaitP99 = 30 * time.Millisecond
-	xprocWaitMax = 150 * time.Millisecond
-)
-
-// processPairs are issue 15's targets: the contended cell with one Locker
-// per worker, and with the workers in 4 and 16 separate processes (the
-// process cells of the matrix, bench.ProcCells), against one Locker for
-// all 16 workers. One Locker per worker at both round trips of the
-// process cells; the processes at FarRTT only, where one Locker's own cell
-// keeps less than one of the two cores busy, so that a split that costs
-// more CPU per batch has room to keep up with it (at 200 µs one Locker
-// already keeps about 1.5 cores busy, the process cells stay far below the
-// target, their single cells say so, and pairing them would cost a minute
-// of a 12-minute run). The processes are compared with 1 × 16 in a process
-// of its own (the split of one), so that both sides pay for starting and
-// verifying in a child; one Locker per worker, which runs in this
-// process, with the matrix's one Locker here.
-func processPairs() []*pairTarget {
 	var out []*pairTarget
-	pair := func(label string, a, b bench.Cell) *pairTarget {
-		return &pairTarget{Label: label, A: a, B: b, Need: xprocNeed, WaitP99: xprocWaitP99, WaitMax: xprocWaitMax, Rounds: 4}
+	add := func(a, b bench.Cell, rounds int) {
+		if t := findPair(out, a, b); t != nil {
+			t.Rounds = max(t.Rounds, rounds)
+			return
+		}
+		out = append(out, &pairTarget{Label: whereText(a) + ": " + cellText(a) + " / " + cellText(b), A: a, B: b, Rounds: rounds})
 	}
-	for _, rtt := range bench.ProcRTTs {
-		at := " (RTT " + ms(rtt) + ")"
-		out = append(out, pair("contended: one Locker per worker / one Locker"+at, bench.Contended("slotlock-multi", rtt), bench.Contended("slotlock", rtt)))
-		if rtt != bench.FarRTT {
-			continue
+	for _, r := range targetRules(rows) {
+		if r.Rounds > 0 {
+			add(r.A, r.B, r.Rounds)
 		}
-		one := oneProcess(rtt)
-		for _, c := range bench.ProcCells(rtt) {
-			if c != one {
-				out = append(out, pair(fmt.Sprintf("contended: %d × %d processes / 1 × %d", c.Procs, bench.ContendedW/c.Procs, bench.ContendedW)+at, c, one))
-			}
-		}
+	}
+	for _, c := range ceilingPairs() {
+		add(c.A, c.B, c.Rounds)
 	}
 	return out
 }
@@ -417,51 +279,5 @@ func (t *pairTarget) progress() string {
 		return fmt.Sprintf("target %s: FAILED: %v", t.Label, t.Err)
 	}
 	m, _ := t.median()
-	if t.Ref {
-		return fmt.Sprintf("reference %s: %.2f× (balanced median) of rounds %s", t.Label, m, t.ratios())
-	}
-	return fmt.Sprintf("target %s: %.2f× (balanced median) of rounds %s (need ≥ %.2f×)", t.Label, m, t.ratios(), t.Need)
-}
-
-// waits are A's wait p99 in each round it completed and its longest wait
-// in any of them.
-func (t *pairTarget) waits() (p99s []time.Duration, longest time.Duration) {
-	for _, r := range t.side(t.A) {
-		if r.Err != nil {
-			continue
-		}
-		p99s = append(p99s, r.Wait.P99)
-		longest = max(longest, r.Wait.Max)
-	}
-	return p99s, longest
-}
-
-// waitsMet says whether A's waits are within the pair's bounds (the
-// median round's p99, the longest of all rounds); ok is false for a pair
-// without bounds, without rounds, or that failed.
-func (t *pairTarget) waitsMet() (met, ok bool) {
-	p99s, longest := t.waits()
-	if t.WaitP99 == 0 || len(p99s) == 0 || t.Err != nil {
-		return false, false
-	}
-	return t.waitsWithin(medianOf(p99s), longest), true
-}
-
-// waitsWithin says whether a wait p99 and a longest wait are within the
-// pair's bounds.
-func (t *pairTarget) waitsWithin(p99, longest time.Duration) bool {
-	return p99 <= t.WaitP99 && longest <= t.WaitMax
-}
-
-// met says whether the pair meets its target on the paired rounds: the
-// median ratio and, where the pair bounds them, A's waits.
-func (t *pairTarget) met() bool {
-	m, ok := t.median()
-	if !ok || t.Err != nil || m < t.Need {
-		return false
-	}
-	if w, judged := t.waitsMet(); judged && !w {
-		return false
-	}
-	return true
+	return fmt.Sprintf("pair %s: %.2f× (balanced median) of rounds %s", t.Label, m, t.ratios())
 }
