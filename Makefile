@@ -160,7 +160,7 @@ soak: ensure-redis
 # and runs test-server against each (scripts/test-servers.sh); without
 # those sources it says so and does nothing, except under CI=true.
 SERVER        ?=
-SERVER_PKGS   ?= . ./batch ./pipeline ./quorum ./internal/topology
+SERVER_PKGS   ?= . ./batch ./pipeline ./quorum ./internal/topology ./internal/tracking
 # The fault scenarios: failover (CLUSTER SHARDS after it differs per
 # server), pause, resharding and every migrating-slot test (ASK), shared
 # holds through faults, quorum, a client paused at its grant and past its
@@ -171,8 +171,12 @@ SERVER_FAULTS ?= ^(TestAPausedGranteeKeepsItsKeys|TestAHolderPausedPastItsTTL|Te
 test-server:
 	@if [ -z "$(SERVER)" ]; then echo "usage: make test-server SERVER=/path/to/redis-or-valkey-server"; exit 2; fi
 	@"$$(command -v '$(SERVER)' || echo '$(SERVER)')" --version
-	SLOTLOCK_CLUSTER=process SLOTLOCK_REDIS_SERVER='$(SERVER)' $(GO) test $(TEST_FLAGS) $(SERVER_PKGS)
-	SLOTLOCK_CLUSTER=process SLOTLOCK_REDIS_SERVER='$(SERVER)' $(GO) test $(TEST_FLAGS) -run '$(SERVER_FAULTS)' ./cluster_test
+	@status=0; \
+	echo "SLOTLOCK_CLUSTER=process SLOTLOCK_REDIS_SERVER=$(SERVER) $(GO) test $(TEST_FLAGS) $(SERVER_PKGS)"; \
+	SLOTLOCK_CLUSTER=process SLOTLOCK_REDIS_SERVER='$(SERVER)' $(GO) test $(TEST_FLAGS) $(SERVER_PKGS) || status=1; \
+	echo "SLOTLOCK_CLUSTER=process SLOTLOCK_REDIS_SERVER=$(SERVER) $(GO) test $(TEST_FLAGS) -run '$(SERVER_FAULTS)' ./cluster_test"; \
+	SLOTLOCK_CLUSTER=process SLOTLOCK_REDIS_SERVER='$(SERVER)' $(GO) test $(TEST_FLAGS) -run '$(SERVER_FAULTS)' ./cluster_test || status=1; \
+	exit $$status
 
 test-servers:
 	@scripts/test-servers.sh

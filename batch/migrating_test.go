@@ -206,6 +206,14 @@ func TestReserveMigratingQueueEmptiedByItself(t *testing.T) {
 // nothing written. The call must succeed: A the caller's, B the older
 // waiter's reservation, marked, the caller alone in B's line. (A free B
 // cannot show it: its GET is refused first, with nothing written.)
+//
+// Redis 7.4.1 refuses even the GET of B, an existing key of the migrating
+// slot, after the GET of A in a script declaring A ("non local key"; Redis
+// 7.0.15 and Valkey 8.0.1 serve it): the call is refused before its first
+// write and the hand-off is never reached. A probe script that reads A,
+// then B, says which the server does; where it is refused, the call must
+// have written nothing and the test is NOT RUN. (Mutation: the probe's
+// outcome ignored fails here on Redis 7.4.1.)
 func TestReserveMigratingHandOffToTheLastEntry(t *testing.T) {
 	c := redistest.StartForTest(t, redistest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -227,6 +235,8 @@ func TestReserveMigratingHandOffToTheLastEntry(t *testing.T) {
 		}
 	}
 	p.migrate(ctx, t)
+	const probe = "#!lua flags=allow-cross-slot-keys\nredis.call('GET', KEYS[1])\nreturn redis.call('GET', ARGV[1])"
+	_, perr := p.src.Do(ctx, "EVAL", probe, "1", lockA, lockB).ToAny()
 	res, rerr := p.src.Do(ctx, "EVAL", reserveScript.nodeText, "1", lockA,
 		waiter, ticket, inbox, "r:4", lockA, lockB).ToAny()
 	p.stable()
@@ -234,6 +244,19 @@ func TestReserveMigratingHandOffToTheLastEntry(t *testing.T) {
 	b, _ := p.src.Do(ctx, "GET", lockB).ToString()
 	line, _ := p.src.Do(ctx, "ZRANGE", q, "0", "-1").AsStrSlice()
 	t.Logf("reserve [A, B] with B's slot %s migrating: %v %v; A = %q, B = %q, B's line %q", p.sB, res, rerr, a, b, line)
+	for _, k := range []string{lockA, lockB, q, qd} {
+		defer func() { _ = p.src.Do(context.Background(), "DEL", k).Error() }()
+	}
+	if perr != nil {
+		if rerr == nil || a != "" || b != "^"+ticket+":"+waiter+"/3:"+inbox+"!" || len(line) != 1 || line[0] != older {
+			t.Fatalf("the server refuses a script's read of B (%v), yet the call returned %v, %v and left A = %q, B = %q, B's line %q: it must be refused with nothing written", perr, res, rerr, a, b, line)
+		}
+		srv, err := c.Server(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Skipf("NOT RUN: %s refuses a script's read of an existing key of a migrating slot (%v); the call was refused before writing anything", srv, perr)
+	}
 	if rerr != nil {
 		t.Fatalf("the call was refused (%v) after writing: A = %q, B = %q", rerr, a, b)
 	}
@@ -245,8 +268,5 @@ func TestReserveMigratingHandOffToTheLastEntry(t *testing.T) {
 	}
 	if len(line) != 1 || line[0] != waiter+"/4 "+inbox {
 		t.Errorf("B's line %q, want the caller alone", line)
-	}
-	for _, k := range []string{lockA, lockB, q, qd} {
-		_ = p.src.Do(ctx, "DEL", k).Error()
 	}
 }
