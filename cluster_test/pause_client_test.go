@@ -145,8 +145,8 @@ func TestAHolderPausedPastItsTTL(t *testing.T) {
 				t.Fatalf("the holder process reported %q (%s), want %q", ev.Event, ev.Err, want)
 			}
 			return ev
-		case <-time.After(30 * time.Second):
-			t.Fatalf("the holder process did not report %q within 30 s", want)
+		case <-time.After(90 * time.Second): // a bound on a loaded machine, not a latency
+			t.Fatalf("the holder process did not report %q within 90 s", want)
 		}
 		panic("unreachable")
 	}
