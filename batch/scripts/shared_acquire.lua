@@ -82,7 +82,15 @@ for i = first, last do
       handed[i] = read_queue(k)
     end
     local ahead, behind_reservation = false, false
-    if v and is_shared(v) and string.byte(v, -1) == 33 then -- '!'
+    if v and is_shared(v) and string.byte(v, -1) == 33 -- '!'
+      and not shared_holders(k, v, me, now).mine then
+      -- Writer preference turns away new readers only. A reader that
+      -- holds the key already (a later attempt of a request that keeps
+      -- it in its prefix while it waits for a later key) counts it as
+      -- taken, as acquire.lua counts a key its holder holds: refused
+      -- here, it would wait for its own key while the writer before it
+      -- in line waits for that reader's release, each for the other
+      -- until the reader's Wait ran out.
       ahead, behind_reservation = line_ahead(k, me, now)
     end
     if v and not is_shared(v) then
