@@ -501,7 +501,10 @@ func TestSharedReleaseKeepsTheLatestExpiry(t *testing.T) {
 // The writer is a request with a shared key too, so that it waits in line
 // (a plain Lock waits by reservation, to which a reader yields anyway).
 // Mutation: shared_acquire.lua applying line_ahead to a reader that holds
-// the key (the reader fails with ErrNotAcquired after its Wait).
+// the key (the reader fails with ErrNotAcquired after its Wait); the
+// reader's renewal of a publishing "r" on a's channel (the writer woken
+// for an attempt that cannot succeed: the test hears it before the
+// hand-off).
 func TestReaderKeepsItsKeyBehindAWaitingWriter(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
@@ -548,10 +551,25 @@ func TestReaderKeepsItsKeyBehindAWaitingWriter(t *testing.T) {
 				return strings.HasSuffix(e.lockValue(ctx, a), "!") && e.queueLen(ctx, a) == 1
 			}, 10*time.Second, time.Millisecond, "the writer waits in a's line")
 			require.NotContains(t, e.lineMembers(ctx, a)[0], " ", "the writer waits by reservation")
+			names, err := slot.NewNamer(e.prefix)
+			require.NoError(t, err)
+			heard := e.listen(ctx, names.LockKey(a)) // a's channel: the writer's wake-ups
 
 			require.NoError(t, x.Release(ctx)) // hands b to the reader
 			require.NoError(t, <-rDone, "the reader waited for its own key behind the writer")
 			require.NoError(t, <-wDone)
+			// The reader's attempt that took b also renewed a; its release
+			// then handed a to the writer. Only the hand-off may wake the
+			// writer: the renewal changed nothing in a's line.
+			for handed := false; !handed; {
+				select {
+				case m := <-heard:
+					require.NotEqual(t, "r", m, "a reader's renewal woke a's line")
+					handed = strings.HasPrefix(m, lockval.HandOff)
+				case <-ctx.Done():
+					t.Fatal("no hand-off heard on a's channel")
+				}
+			}
 			require.Empty(t, e.lockKeys())
 		})
 	}
