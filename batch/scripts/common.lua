@@ -231,7 +231,8 @@ local function enqueue(k, v, waiter)
 end
 
 -- leave_queue takes waiter out of lock key k's queue and returns whether
--- others remain. The caller has read the queue keys before its first write.
+-- others remain, and whether waiter stood in it. The caller has read the
+-- queue keys before its first write.
 -- It counts before it removes: a ZREM of the last entry deletes the queue,
 -- and in a slot MIGRATING away Redis refuses any later command on the then
 -- missing key ("non local key"), failing the call after its writes
@@ -239,9 +240,9 @@ end
 local function leave_queue(k, waiter)
   local q, qd = queue_keys(k)
   local n = redis.call('ZCARD', q)
-  n = n - redis.call('ZREM', q, waiter)
+  local was = redis.call('ZREM', q, waiter)
   redis.call('ZREM', qd, waiter)
-  return n > 0
+  return n - was > 0, was == 1
 end
 
 -- drop_dead removes the entries of lock key k's queue whose deadline

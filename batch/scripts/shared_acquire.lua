@@ -64,6 +64,7 @@ local now = now_ms()
 local conflicts = {}
 local stop = last + 1 -- first entry not taken
 local vals, hold, handed = {}, {}, {}
+local ours = {} -- keys reserved for us: a hand-off popped our entry
 local yields = {} -- keys whose line has a waiter by reservation before us
 for i = first, last do
   local k = keys[i]
@@ -78,11 +79,20 @@ for i = first, last do
     if v and reserved_for(v) == me then
       v = nil
       handed[i] = read_queue(k)
+      ours[i] = true
     elseif queued then
       handed[i] = read_queue(k)
     end
     local ahead, behind_reservation = false, false
-    if v and is_shared(v) and string.byte(v, -1) == 33 then -- '!'
+    if v and is_shared(v) and string.byte(v, -1) == 33 -- '!'
+      and not shared_holders(k, v, me, now).mine then
+      -- Writer preference turns away new readers only. A reader that
+      -- holds the key already (a later attempt of a request that keeps
+      -- it in its prefix while it waits for a later key) counts it as
+      -- taken, as acquire.lua counts a key its holder holds: refused
+      -- here, it would wait for its own key while the writer before it
+      -- in line waits for that reader's release, each for the other
+      -- until the reader's Wait ran out.
       ahead, behind_reservation = line_ahead(k, me, now)
     end
     if v and not is_shared(v) then
@@ -149,7 +159,10 @@ for i = first, stop - 1 do
       LIMIT_FIELD, string.format('%d', limits[i]))
     later_expiry(k, ttl)
   else
-    local more = handed[i] and leave_queue(k, me)
+    local more, lined = false, false
+    if handed[i] then
+      more, lined = leave_queue(k, me)
+    end
     if not v then
       redis.call('SET', k, SHARED .. me .. (more and '!' or ''), 'PX', ttl)
     elseif r.mine and r.inline then
@@ -169,9 +182,14 @@ for i = first, stop - 1 do
       redis.call('ZADD', s, exp, me)
       shared_cover(k, s, now + ttl, r.sexp)
     end
-    if handed[i] and more then
+    if more and (lined or ours[i]) then
       -- Readers behind us in the line may join us now (those behind a
       -- waiting writer find it before them and wait on): wake the line.
+      -- Only a reader that stood in it (or was handed the key, which
+      -- popped its entry) had readers behind it. Another reader's take
+      -- (a holder's, renewing its hold at each attempt while it waits
+      -- for a later key) changes nothing for the line: waking it would
+      -- send every waiter to an attempt that fails.
       publish(k, 'r')
     end
   end
