@@ -397,7 +397,11 @@ func TestWaiterKeepsItsPrefix(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			ctx := ctxT(t, 30*time.Second)
-			const ttl = 150 * time.Millisecond
+			// Under MaxWait (1 s), so that a wait not bounded by TTL/3
+			// lets the prefix expire; 800 ms, not shorter: with 150 ms a
+			// renewal that a loaded machine delayed by 100 ms did (seen
+			// at load 10).
+			const ttl = 800 * time.Millisecond
 			holder := e.locker(slotlock.Options{TTL: 10 * time.Second, Strategy: s})
 			waiter := e.locker(slotlock.Options{TTL: ttl, Strategy: s})
 			// One slot, so the canonical order is by bytes: a before b.
