@@ -148,7 +148,10 @@ func TestPropertyExclusiveAndFailuresLeaveNothing(t *testing.T) {
 							}
 							x.release(id, lease.Keys())
 							if err := lease.Release(context.Background()); err != nil {
-								t.Errorf("release: %v", err)
+								// How far past its Deadline: a release after it
+								// finds keys lapsed (the machine), one before it
+								// a bug.
+								t.Errorf("release: %v (Deadline %v ago)", err, time.Since(lease.Deadline()))
 							}
 						}
 					}()
