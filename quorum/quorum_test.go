@@ -253,14 +253,17 @@ func TestValidityWindowEndsTheLease(t *testing.T) {
 // for more than three TTLs, renewed on every deployment, and its validity
 // window keeps moving. (The TTL leaves a renewal, due every TTL/3, more
 // than a second of slack: with 600 ms, a loaded 2-core machine lost the
-// lease on every deployment. AttemptTimeout 500 ms: with the 60 ms that
-// a 600 ms TTL gave by default, no deployment answered the first attempt
-// in time at load 10.)
+// lease on every deployment. A warm Locker and AttemptTimeout 1.5 s: the
+// first attempt of a fresh one, with the 60 ms that a 600 ms TTL gave by
+// default, had no deployment answering in time at load 10.)
 func TestRenewalKeepsTheLeaseAcrossDeployments(t *testing.T) {
 	e := sharedEnv(t)
 	ctx := ctxT(t, 30*time.Second)
 	const ttl = 2 * time.Second
-	l := e.locker(quorum.Options{Options: slotlock.Options{TTL: ttl}, AttemptTimeout: 500 * time.Millisecond})
+	l := e.locker(quorum.Options{Options: slotlock.Options{TTL: ttl}, AttemptTimeout: 1500 * time.Millisecond})
+	warm, err := l.TryLock(ctx, "warm")
+	require.NoError(t, err)
+	require.NoError(t, warm.Release(ctx))
 	le, err := l.TryLock(ctx, "r1", "r2")
 	require.NoError(t, err)
 	first := le.Deadline()
@@ -286,11 +289,15 @@ func TestGrantAfterTheWindowIsRefused(t *testing.T) {
 	e := sharedEnv(t)
 	ctx := ctxT(t, 30*time.Second)
 	// RenewNever: a renewal during the pause would move the window, and
-	// rightly count. AttemptTimeout 500 ms: with 100 ms (and a 300 ms
-	// TTL), two deployments did not answer in time at load 10.
-	l := e.locker(quorum.Options{Options: slotlock.Options{TTL: time.Second, Renew: slotlock.RenewNever}, ClockDrift: 100 * time.Millisecond, AttemptTimeout: 500 * time.Millisecond})
-	quorum.SetBeforeCount(l, func() { time.Sleep(time.Second) }) // past TTL - ClockDrift
-	_, err := l.TryLock(ctx, "late1", "late2")
+	// rightly count. A warm Locker and AttemptTimeout 1.5 s: the first
+	// attempt of a fresh one (100 ms, then 500 ms) had two deployments
+	// not answering in time at load 10-17, and Done was 1, not 3.
+	l := e.locker(quorum.Options{Options: slotlock.Options{TTL: 2 * time.Second, Renew: slotlock.RenewNever}, ClockDrift: 100 * time.Millisecond, AttemptTimeout: 1500 * time.Millisecond})
+	warm, err := l.TryLock(ctx, "warm")
+	require.NoError(t, err)
+	require.NoError(t, warm.Release(ctx))
+	quorum.SetBeforeCount(l, func() { time.Sleep(2 * time.Second) }) // past TTL - ClockDrift
+	_, err = l.TryLock(ctx, "late1", "late2")
 	var qe *quorum.QuorumError
 	require.ErrorAs(t, err, &qe)
 	require.True(t, qe.Expired, "%v", err)
