@@ -277,10 +277,19 @@ func warmScriptCache(t *testing.T, e *env, l *slotlock.Locker, ttl time.Duration
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Until the first renewal landed (due at ttl/3), not a fixed ttl/2:
+	// at load 20 a renewal came later than that, and the warm-up, which
+	// tests nothing, failed the test.
 	d := le.Deadline()
-	time.Sleep(ttl/3 + ttl/6)
-	if !le.Deadline().After(d) {
-		t.Fatalf("warm-up lease not renewed: %v", le.Err())
+	for give := time.Now().Add(10 * time.Second); !le.Deadline().After(d); {
+		select {
+		case <-le.Done():
+			t.Fatalf("warm-up lease ended before its first renewal: %v", le.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(give) {
+			t.Fatalf("warm-up lease not renewed within 10 s (TTL %v)", ttl)
+		}
 	}
 	if err := le.Release(e.ctx); err != nil {
 		t.Fatal(err)
@@ -339,7 +348,11 @@ func TestColdScriptCache(t *testing.T) {
 // back. Leases on healthy nodes expired meanwhile while Done stayed open.
 func TestWatchdogStall(t *testing.T) {
 	e := newEnv(t, 2*time.Minute)
-	const ttl = time.Second
+	// 1.5 s: with 1 s, a renewal of the healthy lease that a machine at
+	// load 27 delayed past its 667 ms of slack failed the test; the stall
+	// of the bug (a ten-second dial) still outlasts the TTL. The pause
+	// stays 3 s, under cluster-node-timeout (5 s).
+	const ttl = 1500 * time.Millisecond
 	l := e.locker(e.client(), slotlock.Options{TTL: ttl, Renew: slotlock.RenewAlways})
 	victim := e.master(e.ctx, "stall")
 	onVictim, elsewhere := e.keysSplitBy(victim, "stall", 2, 3)
@@ -358,7 +371,7 @@ func TestWatchdogStall(t *testing.T) {
 		}
 		start := time.Now()
 		failed := false
-		for time.Since(start) < 3*ttl && !failed {
+		for time.Since(start) < 3*time.Second && !failed {
 			time.Sleep(10 * time.Millisecond)
 			if time.Now().After(healthy.Deadline()) {
 				failed = true
