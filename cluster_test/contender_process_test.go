@@ -518,7 +518,27 @@ func TestSeparateProcessesExclusiveWithAKilledWaiter(t *testing.T) {
 		return reserved, blocked
 	}
 
-	reserved, blocked := waitThenRelease("stopped", func(p *contenderProc, _ []string) {
+	reserved, blocked := waitThenRelease("stopped", func(p *contenderProc, inboxes []string) {
+		// It may stand in line before its inbox subscriptions are live
+		// (a reserve waits subscribeWait for them, no longer): stopped
+		// then, it is passed over where nobody hears it (1 of 6 keys
+		// reserved at load 18, docker). Stop it once every inbox has
+		// its subscriber.
+		deadline := time.Now().Add(10 * time.Second)
+		for _, in := range inboxes {
+			for {
+				n, err := client.Do(ctx, client.B().PubsubShardnumsub().Channel(in).Build()).ToArray()
+				if err == nil && len(n) == 2 {
+					if c, _ := n[1].AsInt64(); c > 0 {
+						break
+					}
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("stopped waiter: its inbox %s has no subscriber (%v)", in, err)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
 		if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
