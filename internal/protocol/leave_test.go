@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,8 +13,10 @@ import (
 
 // lineStrategy is a Strategy over an in-memory table that records the
 // lines the acquisition waits in and leaves. waits scripts what happens
-// during each wait (in order), to the table.
+// during each wait (in order), to the table. mu: the protocol trims and
+// leaves in a goroutine of its own while it waits.
 type lineStrategy struct {
+	mu     sync.Mutex
 	holder []string // per key: the holder, "" when free
 	waits  []func(f *lineStrategy)
 	waited []int // the keys waited for, in order
@@ -22,6 +25,8 @@ type lineStrategy struct {
 }
 
 func (f *lineStrategy) Attempt(_ context.Context, set *Set, from int, r *Request, _ AttemptOptions) Attempt {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	a := Attempt{State: make([]KeyState, set.Len())}
 	for i := from; i < set.Len(); i++ {
 		if f.holder[i] != "" && f.holder[i] != r.Who.Holder {
@@ -35,6 +40,8 @@ func (f *lineStrategy) Attempt(_ context.Context, set *Set, from int, r *Request
 }
 
 func (f *lineStrategy) Release(_ context.Context, _ *Set, idx []int, who Who) OwnerResult {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	for _, i := range idx {
 		if f.holder[i] == who.Holder {
 			f.holder[i] = ""
@@ -48,19 +55,24 @@ func (f *lineStrategy) Extend(context.Context, *Set, []int, Who, time.Duration) 
 }
 
 func (f *lineStrategy) Wait(ctx context.Context, _ *Set, i int, _ Conflict, _ *Request, _ int, _ time.Duration) error {
+	f.mu.Lock()
 	f.waited = append(f.waited, i)
 	f.inLine[i] = true
 	if len(f.waits) == 0 {
+		f.mu.Unlock()
 		<-ctx.Done()
 		return context.Cause(ctx)
 	}
 	w := f.waits[0]
 	f.waits = f.waits[1:]
 	w(f)
+	f.mu.Unlock()
 	return nil
 }
 
 func (f *lineStrategy) Leave(_ context.Context, _ *Set, i int, _ *Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.left = append(f.left, i)
 	delete(f.inLine, i)
 }
