@@ -8,7 +8,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -59,7 +58,7 @@ type contenderSpec struct {
 	// Kind, in the loop: "" plain leases (Lock); "reentrant": Lock under
 	// an owner (WithOwner) of the process's own; "request": Locker.Acquire
 	// requests with shared keys, sometimes an exclusive one and permits
-	// (workload.request's mix).
+	// (mixedRequest).
 	Kind string
 	// Workers: how many goroutines run the loop (0: one), each with its
 	// own random batches (and, with Kind "reentrant", its own owner).
@@ -222,7 +221,7 @@ func contenderLoop(ctx context.Context, l *slotlock.Locker, spec contenderSpec, 
 		var req slotlock.Request
 		switch spec.Kind {
 		case "request":
-			req = contenderRequest(keys, r)
+			req = mixedRequest(keys, r)
 			lease, err = l.Acquire(lctx, req)
 		case "reentrant":
 			lease, err = l.Lock(slotlock.WithOwner(lctx, fmt.Sprintf("owner-%d-%d", spec.Seed, w)), keys...)
@@ -290,22 +289,6 @@ func contenderLoop(ctx context.Context, l *slotlock.Locker, spec contenderSpec, 
 		}
 		emit(ev)
 	}
-}
-
-// contenderRequest is workload.request's mix for a contender: the keys
-// shared, one of them exclusive in a third of the requests, permits of
-// one resource in half of them; always waiting.
-func contenderRequest(keys []string, r *rand.Rand) slotlock.Request {
-	slices.Sort(keys)
-	keys = slices.Compact(keys) // a key both shared and exclusive is refused
-	req := slotlock.Request{Shared: keys, Wait: slotlock.WaitForever}
-	if r.IntN(3) == 0 {
-		req.Exclusive, req.Shared = keys[:1], keys[1:]
-	}
-	if r.IntN(2) == 0 {
-		req.Permits = []slotlock.Permit{{Resource: permitSpace[r.IntN(len(permitSpace))], Units: 1 + r.Int64N(2), Limit: permitLimit}}
-	}
-	return req
 }
 
 // contenderProc is a running contender process.

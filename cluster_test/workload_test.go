@@ -150,10 +150,10 @@ var permitSpace = []string{"pool:0", "pool:1", "pool:2", "pool:3"}
 
 const permitLimit = 2
 
-// request turns a batch of random keys into a Locker.Acquire request: the
-// keys shared, one of them exclusive in a third of the requests, permits
-// of one resource in half of them, and the wait of Lock or TryLock.
-func (w *workload) request(keys []string, r *rand.Rand) slotlock.Request {
+// mixedRequest turns a batch of random keys into a Locker.Acquire request:
+// the keys shared, one of them exclusive in a third of the requests,
+// permits of one resource in half of them; waiting as long as it takes.
+func mixedRequest(keys []string, r *rand.Rand) slotlock.Request {
 	slices.Sort(keys)
 	keys = slices.Compact(keys) // a key both shared and exclusive is refused
 	req := slotlock.Request{Shared: keys, Wait: slotlock.WaitForever}
@@ -163,6 +163,12 @@ func (w *workload) request(keys []string, r *rand.Rand) slotlock.Request {
 	if r.IntN(2) == 0 {
 		req.Permits = []slotlock.Permit{{Resource: permitSpace[r.IntN(len(permitSpace))], Units: 1 + r.Int64N(2), Limit: permitLimit}}
 	}
+	return req
+}
+
+// request is mixedRequest with the wait of TryLock in a third of them.
+func (w *workload) request(keys []string, r *rand.Rand) slotlock.Request {
+	req := mixedRequest(keys, r)
 	if r.IntN(3) == 0 {
 		req.Wait = 0
 	}
