@@ -38,28 +38,7 @@ func TestAPausedGranteeKeepsItsKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	events := make(chan contenderEvent, 4)
-	grantee := startChild(t, "TestContenderProcess", "contender", envContenderSpec,
-		contenderSpec{Addrs: e.c.Addrs(), Prefix: e.prefix, TTL: 10 * time.Second, Keys: keys, Release: true, Hold: 50 * time.Millisecond},
-		contenderLine, func(line string) {
-			var ev contenderEvent
-			if err := json.Unmarshal([]byte(line), &ev); err == nil {
-				events <- ev
-			}
-		}, func() {})
-	next := func(want string) contenderEvent {
-		t.Helper()
-		select {
-		case ev := <-events:
-			if ev.Event != want {
-				t.Fatalf("the waiter process reported %q (%s), want %q", ev.Event, ev.Err, want)
-			}
-			return ev
-		case <-time.After(30 * time.Second):
-			t.Fatalf("the waiter process did not report %q within 30 s", want)
-		}
-		panic("unreachable")
-	}
+	grantee, next := startReporting(t, "waiter", contenderSpec{Addrs: e.c.Addrs(), Prefix: e.prefix, TTL: 10 * time.Second, Keys: keys, Release: true, Hold: 50 * time.Millisecond})
 	deadline := time.Now().Add(20 * time.Second)
 	for !queuedEverywhere(ctx, client, e.names, keys) {
 		if time.Now().After(deadline) {
@@ -128,28 +107,7 @@ func TestAHolderPausedPastItsTTL(t *testing.T) {
 	ctx := e.ctx
 	keys := []string{"pp:1", "{pp:1}x", "pp:2", "pp:3"}
 	const ttl = time.Second
-	events := make(chan contenderEvent, 4)
-	holder := startChild(t, "TestContenderProcess", "contender", envContenderSpec,
-		contenderSpec{Addrs: e.c.Addrs(), Prefix: e.prefix, TTL: ttl, Keys: keys, Fencing: true, Resumed: true, GuardKey: "{pp:1}data"},
-		contenderLine, func(line string) {
-			var ev contenderEvent
-			if err := json.Unmarshal([]byte(line), &ev); err == nil {
-				events <- ev
-			}
-		}, func() {})
-	next := func(want string) contenderEvent {
-		t.Helper()
-		select {
-		case ev := <-events:
-			if ev.Event != want {
-				t.Fatalf("the holder process reported %q (%s), want %q", ev.Event, ev.Err, want)
-			}
-			return ev
-		case <-time.After(90 * time.Second): // a bound on a loaded machine, not a latency
-			t.Fatalf("the holder process did not report %q within 90 s", want)
-		}
-		panic("unreachable")
-	}
+	holder, next := startReporting(t, "holder", contenderSpec{Addrs: e.c.Addrs(), Prefix: e.prefix, TTL: ttl, Keys: keys, Fencing: true, Resumed: true, GuardKey: "{pp:1}data"})
 	granted := next("granted")
 	if err := holder.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -330,4 +288,33 @@ func TestClientPausesEveryKind(t *testing.T) {
 			t.Errorf("process %d (%q) held nothing", i, kinds[i])
 		}
 	}
+}
+
+// startReporting starts a contender process with spec and returns it and
+// next, which waits for its next report and fails t unless it is want.
+// The bound is for a loaded machine, not a latency.
+func startReporting(t *testing.T, who string, spec contenderSpec) (*child, func(want string) contenderEvent) {
+	t.Helper()
+	events := make(chan contenderEvent, 4)
+	c := startChild(t, "TestContenderProcess", "contender", envContenderSpec, spec, contenderLine,
+		func(line string) {
+			var ev contenderEvent
+			if err := json.Unmarshal([]byte(line), &ev); err == nil {
+				events <- ev
+			}
+		}, func() {})
+	next := func(want string) contenderEvent {
+		t.Helper()
+		select {
+		case ev := <-events:
+			if ev.Event != want {
+				t.Fatalf("the %s process reported %q (%s), want %q", who, ev.Event, ev.Err, want)
+			}
+			return ev
+		case <-time.After(90 * time.Second):
+			t.Fatalf("the %s process did not report %q within 90 s", who, want)
+		}
+		panic("unreachable")
+	}
+	return c, next
 }
