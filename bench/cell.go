@@ -607,18 +607,29 @@ func (r *Run) batch(ctx context.Context, w int, check bool) batchResult {
 		return res
 	}
 	res.violations += r.excl.claim(idx, w)
+	return r.holdAndRelease(ctx, w, check, h, res, t0, t1,
+		func() { r.excl.unclaim(idx, w) },
+		func() Hold { return newHold(r.firstWorker+w, t1mono, idx) })
+}
+
+// holdAndRelease is the end of every batch once its keys were granted and
+// claimed: with check, read them back from Redis; unclaim them; record
+// the batch's Hold when holds are kept (made only then: no allocation in a
+// timed cell that keeps none); release, and time the batch from t0 (lock
+// called) and t1 (granted).
+func (r *Run) holdAndRelease(ctx context.Context, w int, check bool, h Held, res batchResult, t0, t1 time.Time, unclaim func(), hold func() Hold) batchResult {
 	if check {
 		if err := h.Check(ctx); err != nil {
 			res.violations++
 			res.err = fmt.Errorf("worker %d: check: %w", w, err)
 		}
 	}
-	r.excl.unclaim(idx, w)
+	unclaim()
 	if r.holds != nil {
-		r.holds[w] = append(r.holds[w], newHold(r.firstWorker+w, t1mono, idx))
+		r.holds[w] = append(r.holds[w], hold())
 	}
 	t2 := time.Now()
-	err = h.Release(ctx)
+	err := h.Release(ctx)
 	t3 := time.Now()
 	if errors.Is(err, ErrNotHeld) {
 		res.violations++
@@ -757,26 +768,7 @@ func (r *Run) kindBatch(ctx context.Context, w int, check bool) batchResult {
 		return res
 	}
 	res.violations += r.excl.claimAsk(ask, w)
-	if check {
-		if err := h.Check(ctx); err != nil {
-			res.violations++
-			res.err = fmt.Errorf("worker %d: check: %w", w, err)
-		}
-	}
-	r.excl.unclaimAsk(ask, w)
-	if r.holds != nil {
-		r.holds[w] = append(r.holds[w], newAskHold(r.firstWorker+w, t1mono, ask))
-	}
-	t2 := time.Now()
-	err = h.Release(ctx)
-	t3 := time.Now()
-	if errors.Is(err, ErrNotHeld) {
-		res.violations++
-	}
-	if err != nil {
-		res.err, res.stop = errors.Join(res.err, fmt.Errorf("worker %d: release: %w", w, err)), true
-		return res
-	}
-	res.lat, res.wait, res.done, res.grantedAt = t1.Sub(t0)+t3.Sub(t2), t1.Sub(t0), true, t1
-	return res
+	return r.holdAndRelease(ctx, w, check, h, res, t0, t1,
+		func() { r.excl.unclaimAsk(ask, w) },
+		func() Hold { return newAskHold(r.firstWorker+w, t1mono, ask) })
 }
