@@ -140,23 +140,10 @@ func main() {
 			var mine []time.Duration
 			keys := make([]string, 0, *k)
 			asks := bench.KindRequests(*kind, *k, *hot, uint64(w)<<32|uint64(os.Getpid()))
-			for time.Now().Before(stop) {
+			// One batch: a kind's request, or K distinct hot keys.
+			acquire := func() (*slotlock.Lease, error) {
 				if *kind != "" {
-					t0 := time.Now()
-					lease, err := l.Acquire(kindContext(*kind, w), kindRequest(asks(), *wait))
-					if errors.Is(err, slotlock.ErrNotAcquired) {
-						ranOut.Add(1)
-						continue
-					}
-					if err != nil {
-						log.Fatal(err)
-					}
-					mine = append(mine, time.Since(t0))
-					if err := lease.Release(context.Background()); err != nil {
-						log.Fatal(err)
-					}
-					batches.Add(1)
-					continue
+					return l.Acquire(kindContext(*kind, w), kindRequest(asks(), *wait))
 				}
 				keys = keys[:0]
 				for len(keys) < *k {
@@ -165,8 +152,15 @@ func main() {
 						keys = append(keys, key)
 					}
 				}
+				return l.Lock(context.Background(), keys...)
+			}
+			for time.Now().Before(stop) {
 				t0 := time.Now()
-				lease, err := l.Lock(context.Background(), keys...)
+				lease, err := acquire()
+				if *kind != "" && errors.Is(err, slotlock.ErrNotAcquired) {
+					ranOut.Add(1)
+					continue
+				}
 				if err != nil {
 					log.Fatal(err)
 				}
