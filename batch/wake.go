@@ -242,19 +242,11 @@ func (w *waker) wait(ctx context.Context, at line, holderTTL time.Duration, atte
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
-	// A waiter that gives up (its caller cancelled) leaves the line at
-	// once, and gives back the key if a release handed it over just
-	// before (leave), so that nothing is kept for an acquisition that is
-	// gone; if this cannot reach the node, the entry lapses by its
-	// deadline (lockval.EntryTTL).
-	joined := false
-	defer func() {
-		if joined && ctx.Err() != nil {
-			w.leave(ctx, at)
-		}
-	}()
+	// A waiter that gives up (its caller cancelled) leaves the line, and
+	// gives back the key if a release handed it over just before: the
+	// protocol calls Engine.Leave for the key it last waited for when it
+	// gives up or waits for another one (protocol.Strategy.Leave).
 	for tick := 0; ; tick++ {
-		joined = true
 		got, err := joinScript.Exec(ctx, w.client, []string{at.lock, at.queue, at.deadlines}, []string{at.waiter, at.holder}).AsIntSlice()
 		if err == nil && len(got) != 2 {
 			err = fmt.Errorf("join.lua: reply %v, want 2 integers", got)
