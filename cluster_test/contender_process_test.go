@@ -67,8 +67,8 @@ type contenderSpec struct {
 	// (the parent may stop the process then, while it holds).
 	Announce bool
 	// Resumed: with Keys, after the grant the process looks at its lease
-	// every millisecond; at the first look after a gap of more than
-	// 300 ms in its own clock (it was stopped), it reports what it saw
+	// every millisecond; at the first look after a gap of a TTL or more
+	// in its own clock (it was stopped), it reports what it saw
 	// ("resumed") and tries a guarded write of GuardKey, then waits to
 	// be stopped.
 	Resumed  bool
@@ -163,9 +163,13 @@ func TestContenderProcess(t *testing.T) {
 				}
 				return err.Error()
 			}
-			for last := sysMonotonic(); ; {
+			// The pause is seen as a gap of a TTL or more between two
+			// readings of the clock, the first taken before "granted" was
+			// reported: a SIGSTOP arrives after that report, so even one
+			// that lands before this loop starts leaves its gap.
+			for last := from; ; {
 				time.Sleep(time.Millisecond)
-				if now := sysMonotonic(); time.Duration(now-last) < 300*time.Millisecond {
+				if now := sysMonotonic(); time.Duration(now-last) < spec.TTL {
 					last = now
 					continue
 				}
