@@ -204,8 +204,11 @@ func inboxIn(k, id string) string { return k[:strings.IndexByte(k, '}')+1] + "#i
 // A key held by another, r:7: entry 'w/7 inbox', code 7; r:9 on it: the
 // same entry (member and score), code 7, its deadline pushed on. An entry
 // of its own under another inbox, 'w/3 inbox0', is replaced by 'w/9
-// inbox', code 9. Mutation checked: join creating a new member per call
-// (the second call answers 9 and leaves two entries).
+// inbox', code 9. Round 1 (which skips the search for its own entries)
+// sent twice leaves one entry, 'w/1 inbox'; r:2 under another inbox
+// replaces it. Mutations checked: join creating a new member per call
+// (the second call answers 9 and leaves two entries); the search skipped
+// in round 2 too (r:2 leaves two entries).
 func TestReserveNamesItsCalls(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -258,6 +261,26 @@ func TestReserveNamesItsCalls(t *testing.T) {
 	}
 	if l, want := s.line(ctx), waiter+"/9 "+inbox; !equalStrings(l, []string{want}) {
 		t.Errorf("line %q, want [%q]", l, want)
+	}
+
+	// Round 1 looks for no entry of its own (it can have none but its
+	// own member, sent again after a redirect): the call sent twice
+	// leaves one entry; round 2 under another inbox replaces it.
+	s.do(ctx, t, clean, []string{"SET", s.lock, "other", "PX", "30000"})
+	for range 2 {
+		if c := s.reserveAt(ctx, t, waiter, ticket, inbox, "r:1"); c[0] != 1 {
+			t.Errorf("held key, r:1: code %d, want 1", c[0])
+		}
+	}
+	if l, want := s.line(ctx), waiter+"/1 "+inbox; !equalStrings(l, []string{want}) {
+		t.Errorf("r:1 sent twice: line %q, want [%q]", l, want)
+	}
+	other := inboxIn(s.lock, "B")
+	if c := s.reserveAt(ctx, t, waiter, ticket, other, "r:2"); c[0] != 2 {
+		t.Errorf("r:2 under another inbox: code %d, want 2", c[0])
+	}
+	if l, want := s.line(ctx), waiter+"/2 "+other; !equalStrings(l, []string{want}) {
+		t.Errorf("r:2 under another inbox: line %q, want [%q]", l, want)
 	}
 	s.do(ctx, t, clean)
 }

@@ -24,7 +24,4 @@ end
 read_queue(k) -- before the first write
 local left = redis.call('PTTL', k)
 enqueue(k, v, waiter)
-if left == 0 then
-  left = 1
-end
-return {left, r and 1 or 0}
+return {left == 0 and 1 or left, r and 1 or 0} -- 0 would say "try now"

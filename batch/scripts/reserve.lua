@@ -137,19 +137,21 @@ local function leave_mine(k)
   return type(n) == 'number' and n > 0
 end
 
--- join puts the waiter in lock key k's queue, ordered by its ticket,
--- marks k's value v, and returns the seq of the call that created the
--- entry it stands under. An entry of its own under this inbox is kept
--- (member and score; its deadline is pushed on), unless fresh is set:
--- the call gives k away, and the waiter's reply must then report an entry
--- above any evidence it may hold for k (the reservation it gives away
--- named an earlier call), so it stands under a new entry of this call.
--- Entries of its own under another inbox (before a reshard: messages to
--- it are lost) or without a seq (an older version's) are replaced.
+-- join puts the waiter in lock key k's queue, ordered by its ticket, marks
+-- k's value v, and returns the seq of the call that created the entry it
+-- stands under. An entry of its own under this inbox is kept (member and
+-- score; its deadline is pushed on), unless fresh is set: the call gives k
+-- away, and the waiter's reply must then report an entry above any evidence
+-- it may hold for k (the reservation it gives away named an earlier call),
+-- so it stands under a new entry of this call. Entries of its own under
+-- another inbox (before a reshard: messages to it are lost) or without a
+-- seq (an older version's) are replaced. Round 1 has none to look for (sent
+-- again after a redirect, it meets its own member: ZADD NX keeps it).
 local function join(k, v, fresh)
   local q, qd = queue_keys(k)
   local member, e = me, seq
-  for _, m in ipairs(redis.call('ZRANGE', q, ticket, ticket, 'BYSCORE')) do
+  local own = seq > 1 and redis.call('ZRANGE', q, ticket, ticket, 'BYSCORE') or {}
+  for _, m in ipairs(own) do
     if entry_of(m, waiter) then
       local _, ms, min = entry_parse(m)
       if not fresh and member == me and ms > 0 and min == inbox then
