@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/slotlock/slotlock"
+	"github.com/slotlock/slotlock/internal/lockval"
 	"github.com/slotlock/slotlock/internal/redistest"
 	"github.com/slotlock/slotlock/slot"
 )
@@ -457,4 +458,71 @@ func TestRenewalKeepsAnExtension(t *testing.T) {
 	require.Greater(t, pttl, int64(15_000), "a renewal shortened the extension")
 	require.WithinDuration(t, time.Now().Add(time.Duration(pttl)*time.Millisecond), lease.Deadline(), time.Second)
 	require.NoError(t, lease.Release(ctx))
+}
+
+// TestAReentrantWaiterWaitsByReservation: alice's second lease waits
+// across Lockers for {r}a (alice's own, through her first lease), {r}b
+// (free) and {r}c (another Locker's). While it waits it holds nothing of
+// its own: {r}a is untouched (alice's, one hold), {r}b is its
+// reservation, not a hold, and it stands in {r}c's line. When {r}c is
+// released it is granted all three, {r}a with a second hold, so that
+// releasing the first lease leaves {r}a held. Mutations checked:
+// reserve.lua without its owner branch ({r}a reads as another's: the
+// waiter marks it and stands in its line); the waiter keeping its first
+// attempt's holds ({r}b is held in alice's name while she waits).
+func TestAReentrantWaiterWaitsByReservation(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	l := e.locker(slotlock.Options{TTL: 20 * time.Second})
+	other := e.locker(slotlock.Options{TTL: 20 * time.Second})
+	alice := slotlock.WithOwner(ctx, "alice")
+	a, b, c := "{r}a", "{r}b", "{r}c"
+
+	first, err := l.Lock(alice, a)
+	require.NoError(t, err)
+	owned := e.lockValue(ctx, a)
+	blocker, err := other.Lock(ctx, c)
+	require.NoError(t, err)
+
+	got := make(chan *slotlock.Lease, 1)
+	errs := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(alice, 10*time.Second)
+		defer cancel()
+		le, err := l.Lock(wctx, a, b, c)
+		if err != nil {
+			errs <- err
+			return
+		}
+		got <- le
+	}()
+	for e.queueLen(ctx, c) == 0 {
+		select {
+		case err := <-errs:
+			t.Fatalf("the waiter ended before it stood in line: %v", err)
+		case <-ctx.Done():
+			t.Fatal("the waiter never stood in {r}c's line")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	// Its reserve round wrote {r}b and queued at {r}c in one call (one
+	// slot): what it left is in place.
+	require.Equal(t, owned, e.lockValue(ctx, a), "{r}a while alice's second lease waits")
+	r, ok := lockval.ParseReserved(e.lockValue(ctx, b))
+	require.True(t, ok, "{r}b while the waiter waits: %q, want its reservation", e.lockValue(ctx, b))
+	require.NotEqual(t, lockval.Holder(owned), r.Waiter, "a reentrant waiter is named by its lease, not its owner")
+
+	require.NoError(t, blocker.Release(ctx))
+	var second *slotlock.Lease
+	select {
+	case second = <-got:
+	case err := <-errs:
+		t.Fatalf("the waiter: %v", err)
+	}
+	require.NoError(t, first.Release(ctx))
+	_, err = other.TryLock(ctx, a)
+	require.ErrorIs(t, err, slotlock.ErrNotAcquired, "{r}a after the first lease's release: the second holds it")
+	require.NoError(t, second.Release(ctx))
+	require.Empty(t, withoutLines(e.lockKeys()))
 }

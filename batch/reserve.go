@@ -33,10 +33,12 @@ import (
 
 var _ protocol.Queuer = (*Engine)(nil)
 
-// Queues is true for plain leases, in per-node mode, while the slot map is
-// quiet (protocol.Queuer). A reentrant lease keeps the prefix protocol: its
-// holder, the owner token, may hold a key through another lease, which a
-// reservation would overwrite. An engine in per-slot mode keeps it too: a
+// Queues is true for exclusive keys, plain or reentrant, in per-node mode,
+// while the slot map is quiet (protocol.Queuer). A reentrant waiter is
+// named by its lease token (waiterOf), so that leases of one owner wait
+// apart; a key its owner holds through another lease is its own to
+// confirm, and reserve.lua leaves it untouched. An engine in per-slot
+// mode keeps the prefix protocol: a
 // waiter by reservation sends one call per slot at every refresh and
 // confirm (TestReshardingKeepsExclusionAndAllOrNothing/per-slot took
 // about ten times the slot moves of prefix waiters to reach its grants).
@@ -48,14 +50,14 @@ var _ protocol.Queuer = (*Engine)(nil)
 // waiters); a prefix waiter gives its prefix back before a reserved key,
 // so the two kinds of waiter mix without deadlock.
 //
-// Requests with shared keys or permits (set not Plain) keep a prefix too,
-// as reentrant leases do: a reservation is exclusive (one waiter's), and
+// Requests with shared keys or permits (set not Plain) keep a prefix too:
+// a reservation is exclusive (one waiter's), and
 // readers that reserved would keep each other out; shared_acquire.lua
 // reports a reserved key as Reserved, so their prefix is given back
 // before one as any prefix waiter's (docs/design.md, "Waiting by
 // reservation across processes").
 func (e *Engine) Queues(set *protocol.Set, r *protocol.Request) bool {
-	return set.Plain() && r.Who.Lease == "" && !e.perSlot.Load() && !e.mapChurning()
+	return set.Plain() && !e.perSlot.Load() && !e.mapChurning()
 }
 
 // churnQuiet is how long the slot map must stay unchanged before waits go
@@ -304,6 +306,15 @@ func (e *Engine) inboxSlots(ctx context.Context) (map[string]uint16, error) {
 // by one reserve only.
 const subscribeWait = 50 * time.Millisecond
 
+// reserveWaiter is reserve.lua's ARGV[1]: the waiter (waiterOf), and for
+// a reentrant lease a space and its owner, whose keys it counts as its own.
+func reserveWaiter(who protocol.Who) string {
+	if who.Lease != "" {
+		return who.Lease + " " + who.Holder
+	}
+	return who.Holder
+}
+
 // Reserve runs reserve.lua over every key of set (protocol.Queuer), each
 // node's call with the inbox of that node.
 func (e *Engine) Reserve(ctx context.Context, set *protocol.Set, r *protocol.Request, ticket string, seq int64, leave bool) protocol.Reservations {
@@ -325,9 +336,9 @@ func (e *Engine) Reserve(ctx context.Context, set *protocol.Set, r *protocol.Req
 		return set.Inbox(e.inbox.id, s)
 	}
 	jobs := []job{{s: reserveScript, set: set, idx: set.All(0), queue: true,
-		head: []string{r.Who.Holder, ticket, "", mode},
+		head: []string{reserveWaiter(r.Who), ticket, "", mode},
 		nodeHead: func(node string) []string {
-			return []string{r.Who.Holder, ticket, inboxOf(node), mode}
+			return []string{reserveWaiter(r.Who), ticket, inboxOf(node), mode}
 		}}}
 	calls, gen, err := e.plan(ctx, jobs, e.perSlot.Load())
 	if err != nil {

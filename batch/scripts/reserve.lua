@@ -8,7 +8,8 @@
 -- confirm), which takes keys that are free, reserved for it or its own,
 -- all or nothing, as holds with the lease's TTL.
 --
--- ARGV[1] the waiter (its lease token, the holder of a plain lease)
+-- ARGV[1] the waiter (its lease token, the holder of a plain lease); for a
+--         reentrant lease followed by a space and its owner token
 -- ARGV[2] its ticket: server time in microseconds, decimal, the same in
 --         every call of one acquisition (its age: smaller is older)
 -- ARGV[3] its inbox: the sharded channel its Locker listens on, in a slot
@@ -32,7 +33,8 @@
 -- its queue alone, so that it can never give away or shorten what the
 -- waiter's later calls may have reported as its own.
 --
--- Mode 'r', per key:
+-- Mode 'r', per key (a key the owner of a reentrant waiter holds is left
+-- as it is, and so is its queue but for the waiter's own entries):
 --   free, reserved for the waiter (and not guarded), or held by it (its
 --   first attempt's bare SET, or a confirm that failed on another node):
 --   if the key's queue has a live waiter older than this one, the key is
@@ -52,12 +54,13 @@
 -- Returns {seconds, microseconds, code1, ...}: the server's TIME, then per
 -- key (batch/reserve.go reads them into protocol.KeyReply):
 --    0  mode 'r': the key is the waiter's reservation now, written by this
---       call; mode 'l': the key was left
+--       call, or its owner's (untouched); mode 'l': the key was left
 --    e  (>= 1, mode 'r') the waiter stands in the key's queue under the
 --       entry created by its call e (this call's seq when it created it)
 --   -1  guarded: the key is the waiter's reservation with a seq above this
 --       call's; nothing was written for it
-local waiter, ticket, inbox = ARGV[1], ARGV[2], ARGV[3]
+local waiter, owner = string.match(ARGV[1], '^(%S+) ?(%S*)$')
+local ticket, inbox = ARGV[2], ARGV[3]
 local mode, seq = string.match(ARGV[4], '^([rl]):(%d+)$')
 seq = tonumber(seq)
 if not seq or seq < 1 or #ARGV[4] > 17 then
@@ -192,6 +195,12 @@ for i = first, last do
       else
         redis.call('DEL', k)
       end
+    end
+  elseif owner ~= '' and v and holder_of(v) == owner then
+    -- Its owner holds it through another lease: the confirm takes it as
+    -- the owner's (a reentrant grant), so it is the waiter's, untouched.
+    if lined[i] then
+      leave_mine(k)
     end
   elseif not v or mine then
     if lined[i] and older_waits(k) then

@@ -76,15 +76,15 @@ type Strategy interface {
 // TTL while a prefix is held.
 //
 // Across processes, a strategy that is a Queuer (the Lua engine, for
-// plain leases of exclusive keys) does not keep a prefix while it waits:
+// leases of exclusive keys, plain or reentrant) keeps no prefix while it waits:
 // after a first attempt that did not take every key it waits by
 // reservation (queued.go, with its own argument), holding no key. A waiter
-// that keeps a prefix (the pipeline strategy, reentrant leases, requests
-// with shared keys or permits) gives all of it back before it
+// that keeps a prefix (the pipeline strategy, requests with shared keys
+// or permits, the Lua engine in per-slot mode) gives all of it back before it
 // waits for a key reserved for such a waiter (Conflict.Reserved), so the
 // argument above never has to cover an edge through a reservation: a
 // prefix waiter holds nothing while it waits for one.
-// Reentrant Lua waiters also stand in a line per key (docs/design.md,
+// Lua waiters that keep a prefix also stand in a line per key (docs/design.md,
 // "Waiting in line across processes"): a release hands the key to the
 // oldest live waiter as a short reservation, which no one else takes and
 // which expires by itself. The pipeline strategy has no line: its waiters

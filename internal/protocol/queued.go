@@ -113,14 +113,17 @@ const ReserveRefresh = 500 * time.Millisecond / 3
 // No deadlock. A waiter by reservation holds no held key while it waits,
 // except for the one call after its first attempt (or after a confirm
 // that failed on some node), which waits for nothing: the Reserve that
-// turns them into reservations. A waiter never takes a key reserved for
+// turns them into reservations (a plain lease's), or the release that
+// gives them back (a reentrant lease's). A key its owner holds through
+// another lease is that lease's hold, which it counts as its own and
+// waits for in no way. A waiter never takes a key reserved for
 // another. A wait-for edge X -> Y through a reservation of Y with X older
 // ends within one message (or ReserveRefresh) plus a round trip, because
 // Y's next Reserve hands the key to the oldest waiter in line (rule Y),
 // unless Y is granted, and a granted lease waits for nothing. So a cycle
 // that lasts has only edges towards older waiters, and tickets are a total
 // order, the same in every call: there is none. Waiters that keep a
-// prefix (the pipeline strategy, reentrant leases) give their whole prefix
+// prefix (the pipeline strategy, shared keys and permits) give their whole prefix
 // back before they wait for a reserved key (Conflict.Reserved), so they
 // hold nothing any waiter by reservation can wait for while they wait for
 // one.
@@ -149,7 +152,19 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 	// lives lockval.ReserveTTL, a lease holds its keys for its TTL
 	// (TestAPausedGranteeKeepsItsKeys).
 	ws := newWaitState(n)
+	// A waiter by reservation holds nothing while it waits. A plain one's
+	// keys (its first attempt's, a failed confirm's) become reservations
+	// in its next round; a reentrant one's are in its owner's form, which
+	// reserve.lua leaves alone (it may be another lease's hold too), so
+	// this lease's holds go back (release.lua leaves the owner's others).
+	holdNothing := func() error {
+		if r.Who.Lease == "" {
+			return nil
+		}
+		return q.rollback(ctx)
+	}
 	leave := func(cause error) (Grant, error) {
+		cause = errors.Join(cause, holdNothing())
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.CleanupTimeout)
 		defer cancel()
 		res := s.Reserve(lctx, set, r, ticket, ws.send(), true)
@@ -165,6 +180,9 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 		return Grant{}, cause
 	}
 
+	if err := holdNothing(); err != nil {
+		return leave(err)
+	}
 	timer := time.NewTimer(ReserveRefresh)
 	defer timer.Stop()
 	reserve, errs := true, 0
@@ -225,6 +243,9 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 			// confirm took on other nodes goes back to reservations in
 			// the next Reserve, at once.
 			ws.confirmFailed()
+			if err := holdNothing(); err != nil {
+				return leave(err)
+			}
 			reserve = true
 			continue
 		}
