@@ -8,12 +8,6 @@
 -- and leaving are idempotent (HSET, HDEL of one's own field), so a retried
 -- call never counts twice.
 
--- hold_key returns the hold set of lock key P{T}:K: P{T}#n:K.
-local function hold_key(k)
-  local b = string.find(k, '}', 1, true)
-  return string.sub(k, 1, b) .. '#n' .. string.sub(k, b + 1)
-end
-
 -- is_mine reports whether lock key k, whose value is v, is held by the
 -- lease: the holder matches and, for a reentrant lease, the lease is in the
 -- key's hold set. A key reserved for a waiter is nobody's lease, even one
@@ -24,5 +18,5 @@ local function is_mine(k, v, holder, lease)
   if not v or (v ~= holder and holder_of(v) ~= holder) then
     return false
   end
-  return lease == '' or redis.call('HEXISTS', hold_key(k), lease) == 1
+  return lease == '' or redis.call('HEXISTS', companion(k, 'n'), lease) == 1
 end

@@ -10,7 +10,7 @@ import (
 //go:embed hold.lua
 var holdLua string
 
-// HoldLua returns the Lua of hold sets (hold_key, is_mine), which package
+// HoldLua returns the Lua of hold sets (is_mine), which package
 // batch composes into every script: Redis scripts have no include, and the
 // per-slot scripts must stay single scripts to stay atomic. It is a
 // function, not a variable, so that nobody can change the scripts at run

@@ -120,7 +120,7 @@ func (n Namer) HoldCountKeyInSlot(userKey string, s uint16) string {
 
 // SharedKeyInSlot returns the sorted set of userKey's shared holders
 // (scored by each holder's expiry), in slot
-// s = KeySlot(userKey): P{T}#s:K (shared_key in batch/scripts/shared.lua).
+// s = KeySlot(userKey): P{T}#s:K (companion in batch/scripts/common.lua).
 func (n Namer) SharedKeyInSlot(userKey string, s uint16) string {
 	return n.prefix + "{" + Tag(s) + "}#s:" + userKey
 }

@@ -129,7 +129,7 @@ func TestLockKeyColocatedAndInjective(t *testing.T) {
 		require.NotEqual(t, lk, n.FenceKey(KeySlot(k)))
 		require.NotEqual(t, lk, n.HoldCountKey(k))
 		// The scripts derive the counter and hold set from the lock key
-		// P{T}:K (slot_key in common.lua, hold_key in hold.lua), the Go
+		// P{T}:K (slot_key and companion in common.lua), the Go
 		// side from the Namer: the names must agree, or a per-slot call
 		// declares keys other than the ones its script touches.
 		b := strings.IndexByte(lk, '}')

@@ -42,10 +42,7 @@
 -- its remaining time in ms (-1: no expiry); the
 -- fences (with 'f') are the fencing tokens of the granted keys, in order.
 local holder, lease, ttl, mode = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local keys, first, last = ARGV, 5, #ARGV
-if ARGV[5] == '' then
-  keys, first, last = KEYS, 1, tonumber(ARGV[6])
-end
+local keys, first, last = lock_keys(5)
 local m1 = string.sub(mode, 1, 1)
 local wait = m1 == 'w' or m1 == 'v'
 local queued = m1 == 'v' or m1 == 'c'
@@ -214,7 +211,7 @@ for i = first, stop - 1 do
     end
     redis.call('SET', k, val, 'PX', ttl)
     if lease ~= '' then
-      local h = hold_key(k)
+      local h = companion(k, 'n')
       redis.call('DEL', h) -- members left by a lock that was deleted by hand
       redis.call('HSET', h, lease, 1)
       redis.call('PEXPIRE', h, ttl)
@@ -226,7 +223,7 @@ for i = first, stop - 1 do
       redis.call('PEXPIRE', k, ttl)
     end
     if lease ~= '' then
-      local h = hold_key(k)
+      local h = companion(k, 'n')
       redis.call('HSET', h, lease, 1)
       local hl = redis.call('PTTL', h)
       if hl < ttl then

@@ -95,12 +95,29 @@ end
 local RESERVE_MS = 500
 local ENTRY_MS = 3000
 
+-- companion returns lock key P{T}:K's key of kind c in its slot,
+-- P{T}#c:K: c is q and qd (its queue), n (its hold set, hold.lua) or s
+-- (its holders, shared.lua); slot.Namer names the same keys.
+local function companion(k, c)
+  local b = string.find(k, '}', 1, true)
+  return string.sub(k, 1, b) .. '#' .. c .. string.sub(k, b + 1)
+end
+
 -- queue_keys returns the queue and deadline keys of lock key P{T}:K:
 -- P{T}#q:K and P{T}#qd:K (slot.Namer.QueueKeysInSlot).
 local function queue_keys(k)
-  local b = string.find(k, '}', 1, true)
-  local head, tail = string.sub(k, 1, b), string.sub(k, b + 1)
-  return head .. '#q' .. tail, head .. '#qd' .. tail
+  return companion(k, 'q'), companion(k, 'qd')
+end
+
+-- lock_keys decodes a call's lock keys, after n - 1 other arguments:
+-- ARGV[n..] when the call covers a whole node, or KEYS[1..m] when it is
+-- for one slot (ARGV[n] = '', ARGV[n + 1] = m). It returns keys, first
+-- and last: the lock keys are keys[first..last].
+local function lock_keys(n)
+  if ARGV[n] == '' then
+    return KEYS, 1, tonumber(ARGV[n + 1])
+  end
+  return ARGV, n, #ARGV
 end
 
 -- read_queue reads lock key k's queue keys before a script's first write

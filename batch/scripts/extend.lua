@@ -15,10 +15,7 @@
 -- Returns the 1-based positions of the keys that the lease did not hold
 -- (empty: all extended).
 local holder, lease, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local keys, first, last = ARGV, 4, #ARGV
-if ARGV[4] == '' then
-  keys, first, last = KEYS, 1, tonumber(ARGV[5])
-end
+local keys, first, last = lock_keys(4)
 
 local lost = {}
 for i = first, last do
@@ -36,7 +33,7 @@ for i = first, last do
     if redis.call('PTTL', keys[i]) < ttl then
       redis.call('PEXPIRE', keys[i], ttl)
     end
-    local h = hold_key(keys[i])
+    local h = companion(keys[i], 'n')
     if redis.call('PTTL', h) < ttl then
       redis.call('PEXPIRE', h, ttl)
     end

@@ -17,10 +17,7 @@
 --
 -- Returns the 1-based positions of the keys that the lease did not hold.
 local holder, lease = ARGV[1], ARGV[2]
-local keys, first, last = ARGV, 3, #ARGV
-if ARGV[3] == '' then
-  keys, first, last = KEYS, 1, tonumber(ARGV[4])
-end
+local keys, first, last = lock_keys(3)
 
 local lost = {}
 local ours = {} -- position -> the value read, or true for a plain held one
@@ -53,7 +50,7 @@ for i = first, last do
       -- hold set, and in a slot MIGRATING away Redis refuses a later
       -- command on the then missing key after this call's writes
       -- (leave_queue in common.lua; TestMigratingSlotLastOwnerLease).
-      local h = hold_key(keys[i])
+      local h = companion(keys[i], 'n')
       local n = redis.call('HLEN', h)
       gone = n - redis.call('HDEL', h, lease) == 0
     end

@@ -66,10 +66,7 @@ seq = tonumber(seq)
 if not seq or seq < 1 or #ARGV[4] > 17 then
   return redis.error_reply('ERR slotlock reserve: mode ' .. ARGV[4])
 end
-local keys, first, last = ARGV, 5, #ARGV
-if ARGV[5] == '' then
-  keys, first, last = KEYS, 1, tonumber(ARGV[6])
-end
+local keys, first, last = lock_keys(5)
 local sq = string.format('%d', seq)
 local me = waiter .. '/' .. sq .. ' ' .. inbox -- the entry this call creates
 

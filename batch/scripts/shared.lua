@@ -41,12 +41,6 @@
 local SHARED = '~'
 local LIMIT_FIELD = '#l'
 
--- shared_key returns the holders set of lock key P{T}:K: P{T}#s:K.
-local function shared_key(k)
-  local b = string.find(k, '}', 1, true)
-  return string.sub(k, 1, b) .. '#s' .. string.sub(k, b + 1)
-end
-
 -- request_entries reads the entries of a call after nhead arguments, the
 -- last of which is the call's kind: 's' (shared keys) or 'p' (permits).
 -- Node form: per entry the lock key, and for permits its units and limit.
@@ -127,7 +121,7 @@ local function shared_holders(k, v, me, now)
   if tok ~= '' then
     return {inline = tok, mine = tok == me}
   end
-  local s = shared_key(k)
+  local s = companion(k, 's')
   local score = redis.call('ZSCORE', s, me)
   local exp = tonumber(score or '0')
   return {mine = exp > now, exp = exp, score = score, s = s}

@@ -52,7 +52,7 @@ if not permits and not queued then
     -- form (the second holder turns it) go on.
     local now = now_ms()
     local k = keys[first]
-    local s = shared_key(k)
+    local s = companion(k, 's')
     local sexp = redis.call('PEXPIRETIME', s)
     redis.call('ZADD', s, string.format('%d', now + ttl), me)
     shared_cover(k, s, now + ttl, sexp)
@@ -111,7 +111,7 @@ for i = first, last do
         -- any write. It reads the set's expiry, which shared_cover needs
         -- (nothing this call writes before it changes that expiry but
         -- the set form's creation, which reads it again).
-        h.s = shared_key(k)
+        h.s = companion(k, 's')
         h.sexp = redis.call('PEXPIRETIME', h.s)
       end
       hold[i] = h

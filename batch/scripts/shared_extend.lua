@@ -47,7 +47,7 @@ for i = first, last do
     redis.call('HSET', k, me, string.format('%d', st.mine) .. ':' .. exp)
     later_expiry(k, ttl)
   else
-    local s = shared_key(k)
+    local s = companion(k, 's')
     redis.call('ZADD', s, exp, me)
     redis.call('ZREMRANGEBYSCORE', s, '-inf', '(' .. string.format('%d', now)) -- crashed holders
     later_expiry(s, ttl)

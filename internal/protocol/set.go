@@ -34,7 +34,7 @@ func (s *Set) Len() int { return len(s.Keys) }
 // '#fence') in batch/scripts/common.lua).
 func (s *Set) FenceKey(i int) string { return s.names.FenceKey(s.Keys[i].Slot) }
 
-// HoldKey returns the hold set of key i (hold_key in reentrant/hold.lua).
+// HoldKey returns the hold set of key i (companion in batch/scripts/common.lua).
 func (s *Set) HoldKey(i int) string {
 	return s.names.HoldCountKeyInSlot(s.Keys[i].Name, s.Keys[i].Slot)
 }
@@ -162,8 +162,8 @@ func (s *Set) KindOf(i int) Kind {
 // requests without shared keys or permits).
 func (s *Set) Plain() bool { return s.Kinds == nil }
 
-// SharedKey returns the holders sorted set of shared key i (shared_key in
-// batch/scripts/shared.lua).
+// SharedKey returns the holders sorted set of shared key i (companion in
+// batch/scripts/common.lua).
 func (s *Set) SharedKey(i int) string {
 	return s.names.SharedKeyInSlot(s.Keys[i].Name, s.Keys[i].Slot)
 }
