@@ -101,7 +101,7 @@ func aclDenials(t *testing.T, ctx context.Context, c *redistest.Cluster, user st
 // ErrPermission with the command named. Mutation: dropping "+cluster|info"
 // from aclRules fails the fenced lock (and names the command).
 //
-// Not parallel: its own six-node cluster and its TTL-bound renewals would
+// Not parallel: its own six-node cluster and its renewals would
 // compete for the CPU with the shared cluster's timing-bound tests (a
 // 150 ms waiter in TestWaiterKeepsItsPrefix lost its prefix once when
 // both ran together on a loaded machine).
@@ -134,10 +134,13 @@ func TestTLSAndACL(t *testing.T) {
 		if o.Fencing {
 			name += "/fencing"
 		}
-		o.TTL = 2 * time.Second // renewals every 667 ms: room on a loaded machine
+		// A renewal round is due at TTL/3 and must land within the TTL:
+		// a long TTL leaves a loaded machine room, and the test waits for
+		// the renewal, not for a time.
+		o.TTL = 9 * time.Second
 		a, b := newLocker(o), newLocker(o)
 
-		// Lock, renewal: two and a half TTLs held, still held.
+		// Lock, renewal: the watchdog moves the Deadline on, still held.
 		la, err := a.Lock(ctx, keys...)
 		require.NoError(t, err, name)
 		if o.Fencing {
@@ -145,7 +148,9 @@ func TestTLSAndACL(t *testing.T) {
 			require.True(t, ok)
 			require.Greater(t, tok, int64(1)<<32, name)
 		}
-		time.Sleep(5 * o.TTL / 2) // the watchdog renews every TTL/3
+		granted := la.Deadline()
+		require.Eventually(t, func() bool { return la.Deadline().After(granted) || la.Err() != nil },
+			time.Minute, 10*time.Millisecond, "%s: no renewal", name)
 		require.NoError(t, la.Err(), "%s: renewal over TLS as the ACL user; ACL LOG: %v", name, aclDenials(t, ctx, c, "app"))
 		v, err := cl.Do(ctx, cl.B().Get().Key(names.LockKey(keys[7])).Build()).ToString()
 		require.NoError(t, err)
