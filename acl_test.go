@@ -161,24 +161,21 @@ func TestTLSAndACL(t *testing.T) {
 		require.ErrorIs(t, err, slotlock.ErrNotAcquired, name)
 		got := lockInBackground(ctx, b, keys[5], keys[6])
 		if o.Strategy == slotlock.StrategyLua {
-			// A waiter in line (per-slot mode) listens on the key's
-			// sharded channel, a waiter by reservation on its Locker's
-			// inbox, which its queue entry names (token, a space, the
-			// inbox): SSUBSCRIBE went through.
-			ch := names.LockKey(keys[5])
-			if !o.PerSlot {
-				q, _ := names.QueueKeysInSlot(keys[5], slot.KeySlot(keys[5]))
-				require.Eventually(t, func() bool {
-					members, err := cl.Do(ctx, cl.B().Zrange().Key(q).Min("0").Max("-1").Build()).AsStrSlice()
-					for _, m := range members {
-						if _, inbox, ok := strings.Cut(m, " "); err == nil && ok {
-							ch = inbox
-							return true
-						}
+			// A waiter by reservation (per-node and per-slot calls)
+			// listens on its Locker's inbox, which its queue entry names
+			// (token, a space, the inbox): SSUBSCRIBE went through.
+			var ch string
+			q, _ := names.QueueKeysInSlot(keys[5], slot.KeySlot(keys[5]))
+			require.Eventually(t, func() bool {
+				members, err := cl.Do(ctx, cl.B().Zrange().Key(q).Min("0").Max("-1").Build()).AsStrSlice()
+				for _, m := range members {
+					if _, inbox, ok := strings.Cut(m, " "); err == nil && ok {
+						ch = inbox
+						return true
 					}
-					return false
-				}, 10*time.Second, 10*time.Millisecond, "%s: the waiter never stood in line", name)
-			}
+				}
+				return false
+			}, 10*time.Second, 10*time.Millisecond, "%s: the waiter never stood in line", name)
 			require.Eventually(t, func() bool {
 				n, err := c.NodeForSlot(ctx, slot.KeySlot(ch))
 				if err != nil {

@@ -134,25 +134,6 @@ func TestReleaseHandsOffToTheOldestLiveWaiter(t *testing.T) {
 				names, _ := slot.NewNamer(e.prefix)
 				ok, err := e.client.Do(ctx, e.client.B().Set().Key(names.LockKey(keys[0])).Value("x").Nx().Build()).AsBool()
 				require.True(t, rueidis.IsRedisNil(err) || err == nil && !ok, "SET NX took a reserved key: %v", err)
-				if m.perSlot {
-					// An engine in per-slot mode waits keeping a prefix,
-					// in line for one key (join.lua): C's reservation
-					// expires by itself within ReserveTTL and the key
-					// goes to the first to attempt, the Lock; B stays in
-					// line.
-					start := time.Now()
-					lease2, err := other.Lock(ctx, keys...)
-					require.NoError(t, err)
-					// ReserveTTL plus round trips; bounded at 10x
-					// (load delays the attempt that comes after the
-					// expiry, not the expiry).
-					require.Less(t, time.Since(start), 10*lockval.ReserveTTL, "a reservation nobody takes blocks about ReserveTTL")
-					require.True(t, lockval.Marked(e.lockValue(ctx, keys[0])), "the taker keeps the mark while others wait")
-					require.NoError(t, lease2.Release(ctx))
-					require.Equal(t, "^BBBBBBBBBBBBBBBBBBBBBB", e.lockValue(ctx, keys[0]))
-					require.EqualValues(t, 0, e.queueLen(ctx, keys[0]))
-					return
-				}
 				// The waiters never come. The Lock waits by reservation
 				// (a younger waiter than both made-up ones): the key is
 				// C's until its reservation expires, then B's (a free

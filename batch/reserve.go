@@ -33,16 +33,17 @@ import (
 
 var _ protocol.Queuer = (*Engine)(nil)
 
-// Queues is true for exclusive keys, plain or reentrant, in per-node mode,
-// while the slot map is quiet (protocol.Queuer). A reentrant waiter is
-// named by its lease token (waiterOf), so that leases of one owner wait
-// apart; a key its owner holds through another lease is its own to
-// confirm, and reserve.lua leaves it untouched. An engine in per-slot
-// mode keeps the prefix protocol: a
-// waiter by reservation sends one call per slot at every refresh and
-// confirm (TestReshardingKeepsExclusionAndAllOrNothing/per-slot took
-// about ten times the slot moves of prefix waiters to reach its grants).
-// While slots move, waits keep a prefix too:
+// Queues is true for exclusive keys, plain or reentrant, while the slot
+// map is quiet, unless the server refused allow-cross-slot-keys
+// (protocol.Queuer). A reentrant waiter is named by its lease token
+// (waiterOf), so that leases of one owner wait apart; a key its owner
+// holds through another lease is its own to confirm, and reserve.lua
+// leaves it untouched. Per-slot calls (Options.PerSlot) wait by
+// reservation too: they carry the flag, so their scripts publish to an
+// inbox in another slot of the node. Without the flag they could not,
+// and a waiter would only learn of a hand-off at its refresh: those
+// waits keep the line, woken on the key's channel.
+// While slots move, waits keep a prefix:
 // node-wide calls fail whenever one of their slots is migrating, and a
 // waiter by reservation sends one to every node at each refresh and
 // confirm, so under a storm of moves it crawled
@@ -57,7 +58,7 @@ var _ protocol.Queuer = (*Engine)(nil)
 // before one as any prefix waiter's (docs/design.md, "Waiting by
 // reservation across processes").
 func (e *Engine) Queues(set *protocol.Set, r *protocol.Request) bool {
-	return set.Plain() && !e.perSlot.Load() && !e.mapChurning()
+	return set.Plain() && !e.noFlag.Load() && !e.mapChurning()
 }
 
 // churnQuiet is how long the slot map must stay unchanged before waits go

@@ -80,7 +80,7 @@ type Strategy interface {
 // after a first attempt that did not take every key it waits by
 // reservation (queued.go, with its own argument), holding no key. A waiter
 // that keeps a prefix (the pipeline strategy, requests with shared keys
-// or permits, the Lua engine in per-slot mode) gives all of it back before it
+// or permits, Lua waits while the slot map moves) gives all of it back before it
 // waits for a key reserved for such a waiter (Conflict.Reserved), so the
 // argument above never has to cover an edge through a reservation: a
 // prefix waiter holds nothing while it waits for one.
