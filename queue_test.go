@@ -207,44 +207,59 @@ func TestFIFOAcrossLockers(t *testing.T) {
 }
 
 func TestCancelWhileQueuedLeavesNothing(t *testing.T) {
-	// A waiter in line is cancelled. Nothing of it is held, and it has
-	// left the line by the time Lock returns, so the holder's release
-	// deletes the key (no reservation for a waiter that is gone) and
-	// nothing is left. Were the leave lost, the entry would lapse within
-	// lockval.EntryTTL (TestReleaseHandsOffToTheOldestLiveWaiter skips
-	// such an entry).
+	// A waiter by reservation, plain or reentrant, is cancelled. Nothing
+	// of it is held, and it has left every line by the time Lock returns,
+	// so the holder's release deletes the key (no reservation for a
+	// waiter that is gone) and nothing is left. Its first attempt took
+	// {cq}a (before the held {cq}b in the same slot): a plain waiter's
+	// next round turned it into a reservation, a reentrant one released
+	// it (its owner's form is not converted). Were the leave lost, the
+	// entry would lapse within lockval.EntryTTL
+	// (TestReleaseHandsOffToTheOldestLiveWaiter skips such an entry).
+	// Mutation: a reentrant waiter that keeps its first attempt's holds
+	// (holdNothing a no-op) leaves {cq}a held by its owner.
 	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			t.Parallel()
-			e := newEnv(t)
-			ctx := ctxT(t, 60*time.Second)
-			keys := []string{"cq:a", "cq:b", "cq:c"}
-			opt := slotlock.Options{TTL: 30 * time.Second, PerSlot: m.perSlot}
-			holder, waiter := e.locker(opt), e.locker(opt)
-			h, err := holder.Lock(ctx, keys[1])
-			require.NoError(t, err)
-			var token string
-			waiter.SetAfterFailure(func(tok string, _ error) { token = tok })
-			wctx, cancel := context.WithCancel(ctx)
-			got := make(chan error, 1)
-			go func() {
-				_, err := waiter.Lock(wctx, keys...)
-				got <- err
-			}()
-			require.Eventually(t, func() bool { return e.queueLen(ctx, keys[1]) == 1 }, 10*time.Second, time.Millisecond)
-			joined := time.Now()
-			cancel()
-			err = <-got
-			require.ErrorIs(t, err, context.Canceled)
-			require.NotEmpty(t, token)
-			for k, v := range e.lockKeys() {
-				require.NotContains(t, k, "}#q", "the cancelled waiter is still in line")
-				require.NotContains(t, v, token, "key %q still carries the cancelled waiter", k)
+		for _, owner := range []string{"", "cq-owner"} {
+			name := m.name
+			if owner != "" {
+				name += "/reentrant"
 			}
-			require.Less(t, time.Since(joined), lockval.EntryTTL, "checked before an entry could lapse")
-			require.NoError(t, h.Release(ctx))
-			require.Empty(t, e.lockKeys(), "nothing is left after a cancelled waiter")
-		})
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				e := newEnv(t)
+				ctx := ctxT(t, 60*time.Second)
+				keys := []string{"cq:a", "{cq}a", "{cq}b", "cq:c"}
+				held := "{cq}b"
+				opt := slotlock.Options{TTL: 30 * time.Second, PerSlot: m.perSlot}
+				holder, waiter := e.locker(opt), e.locker(opt)
+				h, err := holder.Lock(ctx, held)
+				require.NoError(t, err)
+				var token string
+				waiter.SetAfterFailure(func(tok string, _ error) { token = tok })
+				wctx, cancel := context.WithCancel(ctx)
+				if owner != "" {
+					wctx = slotlock.WithOwner(wctx, owner)
+				}
+				got := make(chan error, 1)
+				go func() {
+					_, err := waiter.Lock(wctx, keys...)
+					got <- err
+				}()
+				require.Eventually(t, func() bool { return e.queueLen(ctx, held) == 1 }, 10*time.Second, time.Millisecond)
+				joined := time.Now()
+				cancel()
+				err = <-got
+				require.ErrorIs(t, err, context.Canceled)
+				require.NotEmpty(t, token)
+				for k, v := range e.lockKeys() {
+					require.NotContains(t, k, "}#q", "the cancelled waiter is still in line")
+					require.NotContains(t, v, token, "key %q still carries the cancelled waiter", k)
+				}
+				require.Less(t, time.Since(joined), lockval.EntryTTL, "checked before an entry could lapse")
+				require.NoError(t, h.Release(ctx))
+				require.Empty(t, e.lockKeys(), "nothing is left after a cancelled waiter")
+			})
+		}
 	}
 }
 
