@@ -464,7 +464,7 @@ func TestRenewalKeepsAnExtension(t *testing.T) {
 // across Lockers for {r}a (alice's own, through her first lease), {r}b
 // (free) and {r}c (another Locker's). While it waits it holds nothing of
 // its own: {r}a is untouched (alice's, one hold), {r}b is its
-// reservation, not a hold, and it stands in {r}c's line. When {r}c is
+// reservation (or free), not a hold, and it stands in {r}c's line. When {r}c is
 // released it is granted all three, {r}a with a second hold, so that
 // releasing the first lease leaves {r}a held. Mutations checked:
 // reserve.lua without its owner branch ({r}a reads as another's: the
@@ -509,9 +509,13 @@ func TestAReentrantWaiterWaitsByReservation(t *testing.T) {
 	// Its reserve round wrote {r}b and queued at {r}c in one call (one
 	// slot): what it left is in place.
 	require.Equal(t, owned, e.lockValue(ctx, a), "{r}a while alice's second lease waits")
-	r, ok := lockval.ParseReserved(e.lockValue(ctx, b))
-	require.True(t, ok, "{r}b while the waiter waits: %q, want its reservation", e.lockValue(ctx, b))
-	require.NotEqual(t, lockval.Holder(owned), r.Waiter, "a reentrant waiter is named by its lease, not its owner")
+	// {r}b is its reservation (or free, were the reservation to lapse
+	// on a machine too loaded to refresh it): never held in alice's name.
+	if vb := e.lockValue(ctx, b); vb != "" {
+		r, ok := lockval.ParseReserved(vb)
+		require.True(t, ok, "{r}b while the waiter waits: %q, want its reservation", vb)
+		require.NotEqual(t, lockval.Holder(owned), r.Waiter, "a reentrant waiter is named by its lease, not its owner")
+	}
 
 	require.NoError(t, blocker.Release(ctx))
 	var second *slotlock.Lease
