@@ -336,10 +336,11 @@ func (e *Engine) Reserve(ctx context.Context, set *protocol.Set, r *protocol.Req
 		}
 		return set.Inbox(e.inbox.id, s)
 	}
+	waiter := reserveWaiter(r.Who)
 	jobs := []job{{s: reserveScript, set: set, idx: set.All(0), queue: true,
-		head: []string{reserveWaiter(r.Who), ticket, "", mode},
+		head: []string{waiter, ticket, "", mode},
 		nodeHead: func(node string) []string {
-			return []string{reserveWaiter(r.Who), ticket, inboxOf(node), mode}
+			return []string{waiter, ticket, inboxOf(node), mode}
 		}}}
 	calls, gen, err := e.plan(ctx, jobs, e.perSlot.Load())
 	if err != nil {
