@@ -2,7 +2,6 @@ package slotlock_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -10,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/slotlock/slotlock"
-	"github.com/slotlock/slotlock/internal/lockval"
 	"github.com/slotlock/slotlock/slot"
 )
 
@@ -491,89 +489,3 @@ func TestSharedReleaseKeepsTheLatestExpiry(t *testing.T) {
 	}
 }
 
-// TestReaderKeepsItsKeyBehindAWaitingWriter: a request that holds shared
-// key a (its prefix) while it waits in b's line, and for whose a a writer
-// then waits in line, is granted once b is handed to it: its next attempt
-// counts a, which it holds, as taken. Writer preference turns new readers
-// away from a, not its holder. Before, the attempt met a conflict at a (a
-// live waiter before it in a's line) and the request waited for its own
-// key while the writer waited for the request's release, until the
-// request's Wait ran out (issue 31: mixed requests over 1,000 keys, 3
-// processes, timed out where all-exclusive ones never did). The three
-// Lockers each sit on a client of their own, as in separate processes.
-// The writer is a request with a shared key too, so that it waits in line
-// (a plain Lock waits by reservation, to which a reader yields anyway).
-// Mutation: shared_acquire.lua applying line_ahead to a reader that holds
-// the key (the reader fails with ErrNotAcquired after its Wait); the
-// reader's renewal of a publishing "r" on a's channel (the writer woken
-// for an attempt that cannot succeed: the test hears it before the
-// hand-off).
-func TestReaderKeepsItsKeyBehindAWaitingWriter(t *testing.T) {
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			t.Parallel()
-			e := newEnv(t)
-			ctx := ctxT(t, 60*time.Second)
-			a, b := firstAndLast("rk", 16)
-			opt := slotlock.Options{TTL: 30 * time.Second, PerSlot: m.perSlot, Prefix: e.prefix}
-			own := func() *slotlock.Locker {
-				client, err := e.c.Client()
-				require.NoError(t, err)
-				t.Cleanup(client.Close)
-				l, err := slotlock.New(client, opt)
-				require.NoError(t, err)
-				t.Cleanup(func() { _ = l.Close() })
-				return l
-			}
-			x, err := own().Lock(ctx, b)
-			require.NoError(t, err)
-
-			rDone := make(chan error, 1)
-			go func() {
-				// Its Wait is the test's bound: a healthy grant takes a
-				// few round trips after x's release.
-				l, err := own().Acquire(ctx, slotlock.Request{Shared: []string{a, b}, Wait: 10 * time.Second})
-				if err == nil {
-					err = l.Release(ctx)
-				}
-				rDone <- err
-			}()
-			require.Eventually(t, func() bool {
-				return lockval.IsShared(e.lockValue(ctx, a)) && e.queueLen(ctx, b) == 1
-			}, 10*time.Second, time.Millisecond, "the reader holds a and waits in b's line")
-
-			wDone := make(chan error, 1)
-			go func() {
-				l, err := own().Acquire(ctx, slotlock.Request{Exclusive: []string{a}, Shared: []string{"rk:free"}, Wait: slotlock.WaitForever})
-				if err == nil {
-					err = l.Release(ctx)
-				}
-				wDone <- err
-			}()
-			require.Eventually(t, func() bool {
-				return strings.HasSuffix(e.lockValue(ctx, a), "!") && e.queueLen(ctx, a) == 1
-			}, 10*time.Second, time.Millisecond, "the writer waits in a's line")
-			require.NotContains(t, e.lineMembers(ctx, a)[0], " ", "the writer waits by reservation")
-			names, err := slot.NewNamer(e.prefix)
-			require.NoError(t, err)
-			heard := e.listen(ctx, names.LockKey(a)) // a's channel: the writer's wake-ups
-
-			require.NoError(t, x.Release(ctx)) // hands b to the reader
-			require.NoError(t, <-rDone, "the reader waited for its own key behind the writer")
-			require.NoError(t, <-wDone)
-			// The reader's attempt that took b also renewed a; its release
-			// then handed a to the writer. Only the hand-off may wake the
-			// writer: the renewal changed nothing in a's line.
-			for handed := false; !handed; {
-				select {
-				case m := <-heard:
-					require.NotEqual(t, "r", m, "a reader's renewal woke a's line")
-					handed = strings.HasPrefix(m, lockval.HandOff)
-				case <-ctx.Done():
-					t.Fatal("no hand-off heard on a's channel")
-				}
-			}
-			require.Empty(t, e.lockKeys())
-		})
-	}
-}

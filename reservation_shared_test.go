@@ -148,24 +148,17 @@ func TestReservationWaiterMeetsSharedKey(t *testing.T) {
 	}
 }
 
-// TestRequestWaiterKeepsThePrefixProtocol: a request with shared keys
-// waits keeping a prefix (it stands in a line by its token, never
-// reserves), and gives that prefix back before a key reserved for a
-// waiter by reservation, which may be waiting for the prefix.
-// shared_acquire.lua reports such a key as reserved (a negated position)
-// for that. Mutations: shared_acquire.lua reporting the position
-// unnegated (the reader keeps x while a stays reserved); Engine.Queues
-// without set.Plain() (the request reserves: its entry carries an inbox).
-func TestRequestWaiterKeepsThePrefixProtocol(t *testing.T) {
+// TestARequestWithSharedKeysWaitsByReservation: a request with shared
+// keys waits as a plain Lock does: it holds nothing while it waits (its
+// exclusive key x is its reservation, never held), stands in the line of
+// a key reserved for an older waiter under a reader's entry (inbox, then
+// lockval.QueueReader), and is granted by its confirm once that waiter is
+// done. Mutation: Engine.Queues refusing sets that are not plain (the
+// request keeps a prefix: its entry is its bare token).
+func TestARequestWithSharedKeysWaitsByReservation(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 30*time.Second)
-	var x, a string
-	for _, k := range slot.Sorted(keysN("rp", 16)) { // the first and the last in canonical order
-		if x == "" {
-			x = k.Name
-		}
-		a = k.Name
-	}
+	x, a := firstAndLast("rp", 16)
 	const b = "rp:held"
 	opt := slotlock.Options{TTL: 30 * time.Second}
 	h, err := e.locker(opt).Lock(ctx, b)
@@ -182,40 +175,23 @@ func TestRequestWaiterKeepsThePrefixProtocol(t *testing.T) {
 
 	rDone := make(chan error, 1)
 	go func() {
-		l, err := e.locker(opt).Acquire(ctx, slotlock.Request{Shared: []string{x, a}, Wait: slotlock.WaitForever})
+		l, err := e.locker(opt).Acquire(ctx, slotlock.Request{Exclusive: []string{x}, Shared: []string{a}, Wait: slotlock.WaitForever})
 		if err == nil {
 			err = l.Release(ctx)
 		}
 		rDone <- err
 	}()
-	// The reader stands in a's line behind W, by its token alone: it
-	// waits in line, not by reservation.
 	require.Eventually(t, func() bool { return e.queueLen(ctx, a) == 1 }, 10*time.Second, time.Millisecond)
 	m := e.lineMembers(ctx, a)
 	require.Len(t, m, 1)
-	require.NotContains(t, m[0], " ", "a request with shared keys waits by reservation: %q", m[0])
-	// x is the reader's prefix at each attempt, given back before it
-	// waits for a's reservation: free between its attempts while a stays
-	// W's.
-	free := 0
-	const samples = 50
-	for range samples {
-		select {
-		case err := <-rDone:
-			t.Fatalf("the reader returned while a was reserved: %v", err)
-		default:
-		}
-		xv := e.lockValue(ctx, x)
-		require.False(t, strings.HasPrefix(xv, lockval.Reserve), "x reserved by the request: %q", xv)
-		if xv == "" {
-			free++
-		}
-		time.Sleep(5 * time.Millisecond) // sampling x while W waits, not an ordering
-	}
-	// At least once, not most of the time: how long each attempt's round
-	// trip holds x is the machine's load. A reader that kept its prefix
-	// holds x at every sample.
-	require.Positive(t, free, "the reader kept its prefix x while a stayed reserved")
+	require.True(t, strings.HasSuffix(m[0], lockval.QueueReader) && strings.Contains(m[0], " "),
+		"the request stands in a's line as a reader by reservation: %q", m[0])
+	require.Eventually(t, func() bool {
+		_, ok := lockval.ParseReserved(e.lockValue(ctx, x))
+		return ok
+	}, 10*time.Second, time.Millisecond, "x is the request's reservation")
+	xv := e.lockValue(ctx, x)
+	require.True(t, xv == "" || strings.HasPrefix(xv, lockval.Reserve), "x held while the request waits: %q", xv)
 	require.Equal(t, res.Waiter, lockval.Parse(e.lockValue(ctx, a)).Waiter, "a stayed W's reservation")
 	require.NoError(t, h.Release(ctx))
 	require.NoError(t, <-wDone)
@@ -234,106 +210,4 @@ func firstAndLast(base string, n int) (first, last string) {
 		last = k.Name
 	}
 	return first, last
-}
-
-// A request that finds a shared key with a waiter by reservation before
-// it in the key's line (writer preference) gives its prefix back before
-// it waits: that waiter holds no key, and may wait for the prefix
-// (shared_acquire.lua reports the key as reserved). Before, the request
-// kept its prefix for a third of its TTL per wait: in the fault suite's
-// mixed workloads, plain Locks by reservation and requests stalled each
-// other to a few grants a second (docs/faults.md). Mutation: line_ahead
-// never saying "by reservation" (x stays the request's).
-func TestPrefixWaiterYieldsBehindReservationWaiter(t *testing.T) {
-	e := newEnv(t)
-	ctx := ctxT(t, 30*time.Second)
-	x, b := firstAndLast("yb", 16)
-	opt := slotlock.Options{TTL: 30 * time.Second}
-	reader, err := e.locker(opt).Acquire(ctx, slotlock.Request{Shared: []string{b}})
-	require.NoError(t, err)
-	wDone := make(chan error, 1)
-	go func() {
-		l, err := e.locker(opt).Lock(ctx, b) // waits by reservation, in b's line
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		wDone <- err
-	}()
-	require.Eventually(t, func() bool { return e.queueLen(ctx, b) == 1 }, 10*time.Second, time.Millisecond)
-	require.Contains(t, e.lineMembers(ctx, b)[0], " ", "the writer waits by reservation")
-
-	rDone := make(chan error, 1)
-	go func() {
-		l, err := e.locker(opt).Acquire(ctx, slotlock.Request{Exclusive: []string{x}, Shared: []string{b}, Wait: slotlock.WaitForever})
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		rDone <- err
-	}()
-	require.Eventually(t, func() bool { return e.queueLen(ctx, b) == 2 }, 10*time.Second, time.Millisecond, "the request stands in b's line")
-	// Its attempt took x first; it gives x back before it waits (the
-	// trim runs beside the wait), and holds nothing while it waits.
-	require.Eventually(t, func() bool { return e.lockValue(ctx, x) == "" }, 3*time.Second, time.Millisecond,
-		"the request kept its prefix x behind a waiter by reservation")
-	select {
-	case err := <-rDone:
-		t.Fatalf("the request returned while b was the writer's to come: %v", err)
-	default:
-	}
-	require.NoError(t, reader.Release(ctx)) // b goes to the writer, then to the request
-	require.NoError(t, <-wDone)
-	require.NoError(t, <-rDone)
-	require.Empty(t, e.lockKeys())
-}
-
-// A request waiting in a key's line, its prefix held, whose key a release
-// then hands to a waiter by reservation standing before it (an older
-// ticket), gives its prefix back at its next join instead of at the end
-// of its wait (a third of its TTL): join.lua says the key is reserved for
-// another. The waiter by reservation is written into the line by hand
-// here (an entry 'token inbox' with an old ticket, its reservation renewed
-// by hand), as a waiter whose ticket is older than the request's place
-// joins before it. Mutation:
-// the waker ignoring join.lua's "reserved" (x stays the request's for 10
-// s).
-func TestPrefixWaiterYieldsWhenItsKeyIsReserved(t *testing.T) {
-	e := newEnv(t)
-	ctx := ctxT(t, 30*time.Second)
-	x, b := firstAndLast("yr", 16)
-	opt := slotlock.Options{TTL: 30 * time.Second}
-	h, err := e.locker(opt).Lock(ctx, b)
-	require.NoError(t, err)
-	rDone := make(chan error, 1)
-	go func() {
-		l, err := e.locker(opt).Acquire(ctx, slotlock.Request{Exclusive: []string{x}, Shared: []string{b}, Wait: slotlock.WaitForever})
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		rDone <- err
-	}()
-	require.Eventually(t, func() bool { return e.queueLen(ctx, b) == 1 && e.lockValue(ctx, x) != "" }, 10*time.Second, time.Millisecond,
-		"the request holds x and waits in b's line")
-
-	names, err := slot.NewNamer(e.prefix)
-	require.NoError(t, err)
-	s := slot.KeySlot(b)
-	q, qd := names.QueueKeysInSlot(b, s)
-	entry := "older-waiter " + names.InboxInSlot("older", s)
-	e.listen(ctx, names.InboxInSlot("older", s)) // alive: a release passes over a waiter nobody hears
-	require.NoError(t, e.client.Do(ctx, e.client.B().Zadd().Key(q).ScoreMember().ScoreMember(1, entry).Build()).Error())
-	require.NoError(t, e.client.Do(ctx, e.client.B().Zadd().Key(qd).ScoreMember().ScoreMember(99999999999999, entry).Build()).Error())
-	require.NoError(t, h.Release(ctx)) // hands b to the older waiter, which never comes
-	res, ok := lockval.ParseReserved(e.lockValue(ctx, b))
-	require.True(t, ok, "b is reserved")
-	require.Equal(t, "older-waiter", res.Waiter)
-	// The older waiter renews its reservation while it waits, as a live
-	// one does (a third of ReserveTTL), until the request lets x go.
-	lock := names.LockKey(b)
-	require.Eventually(t, func() bool {
-		_ = e.client.Do(ctx, e.client.B().Pexpire().Key(lock).Milliseconds(lockval.ReserveTTL.Milliseconds()).Build()).Error()
-		return e.lockValue(ctx, x) == ""
-	}, 3*time.Second, lockval.ReserveTTL/5, "the request kept its prefix x while b was reserved for an older waiter")
-	// The reservation lapses (ReserveTTL); the request then takes both.
-	require.NoError(t, <-rDone)
-	require.Empty(t, e.lockKeys())
 }

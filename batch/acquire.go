@@ -56,13 +56,15 @@ func (e *Engine) Attempt(ctx context.Context, set *protocol.Set, from int, r *pr
 	if r.Fencing {
 		mode += "f"
 	}
+	sharedMode := mode[:1] // shared grants draw no fencing token
 	if opt.Mode == protocol.Confirm {
 		mode += ":" + opt.Ticket // its queue entries' score (acquire.lua)
+		sharedMode += ":" + opt.Ticket
 	}
 	ttl := strconv.FormatInt(r.TTL.Milliseconds(), 10)
 	jobs := kindJobs(set, idx, job{s: acquireScript, head: []string{r.Who.Holder, r.Who.Lease, ttl, mode},
 		fence: r.Fencing, holds: r.Who.Lease != "", queue: mode[0] == 'v' || mode[0] == 'c'},
-		sharedAcquireScript, []string{r.Who.Holder, r.Who.Lease, ttl, mode[:1]}, 0, false)
+		sharedAcquireScript, []string{r.Who.Holder, r.Who.Lease, ttl, sharedMode}, 0, false)
 	var w *waitAfter
 	if r.MinReplicas > 0 {
 		w = &waitAfter{replicas: r.MinReplicas, timeout: r.ReplicaTimeout}

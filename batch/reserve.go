@@ -58,7 +58,7 @@ var _ protocol.Queuer = (*Engine)(nil)
 // before one as any prefix waiter's (docs/design.md, "Waiting by
 // reservation across processes").
 func (e *Engine) Queues(set *protocol.Set, r *protocol.Request) bool {
-	return set.Plain() && !e.noFlag.Load() && !e.mapChurning()
+	return !set.HasPermits() && !e.noFlag.Load() && !e.mapChurning()
 }
 
 // churnQuiet is how long the slot map must stay unchanged before waits go
@@ -337,11 +337,26 @@ func (e *Engine) Reserve(ctx context.Context, set *protocol.Set, r *protocol.Req
 		return set.Inbox(e.inbox.id, s)
 	}
 	waiter := reserveWaiter(r.Who)
-	jobs := []job{{s: reserveScript, set: set, idx: set.All(0), queue: true,
-		head: []string{waiter, ticket, "", mode},
-		nodeHead: func(node string) []string {
-			return []string{waiter, ticket, inboxOf(node), mode}
-		}}}
+	var jobs []job
+	reserveJob := func(idx []int, mode string) job {
+		return job{s: reserveScript, set: set, idx: idx, queue: true, orig: len(jobs),
+			head: []string{waiter, ticket, "", mode},
+			nodeHead: func(node string) []string {
+				return []string{waiter, ticket, inboxOf(node), mode}
+			}}
+	}
+	// Keys wanted shared go in calls of their own, mode 's' (a reader's
+	// reservation: reserve.lua); a leave treats every key alike.
+	x, sh, _ := set.Split(nil)
+	if leave {
+		x, sh = set.All(0), nil
+	}
+	if len(x) > 0 {
+		jobs = append(jobs, reserveJob(x, mode))
+	}
+	if len(sh) > 0 {
+		jobs = append(jobs, reserveJob(sh, "s"+mode[1:]))
+	}
 	calls, gen, err := e.plan(ctx, jobs, e.perSlot.Load())
 	if err != nil {
 		_, _ = e.topo.Refresh(ctx, gen)

@@ -76,28 +76,6 @@ local keep = {}   -- keys reserved for it whose mark its grant keeps
 local own = {}    -- mode 'c': per key in handed, the waiter's entries there
 local others = {} -- mode 'c': per key in handed, whether anyone else is in line
 
--- own_entries returns a waiter by reservation's entries in lock key k's
--- queue ('token/seq inbox', or 'token inbox' from an older version,
--- under any inbox it gave: after a reshard its inbox may be another
--- channel; entry_of), found by its ticket, their score, and
--- whether the queue holds anyone else. Read before the first write: the
--- ZREMs that leave them may delete the queue, and in a slot MIGRATING
--- away a later read of the missing key would be refused after the
--- writes before it (docs/faults.md bug 11).
-local function own_entries(k)
-  local q = queue_keys(k)
-  local n = redis.call('ZCARD', q)
-  local found = {}
-  if n > 0 and ticket then
-    for _, m in ipairs(redis.call('ZRANGE', q, ticket, ticket, 'BYSCORE')) do
-      if entry_of(m, waiter) then
-        found[#found + 1] = m
-      end
-    end
-  end
-  return found, n > #found
-end
-
 for i = first, last do
   local v = redis.pcall('GET', keys[i])
   if type(v) == 'table' and v.err then
@@ -138,7 +116,7 @@ for i = first, last do
     -- ticket and leaves them all.
     handed[i] = read_queue(keys[i])
     if handed[i] and m1 == 'c' then
-      own[i], others[i] = own_entries(keys[i])
+      own[i], others[i] = own_entries(keys[i], waiter, ticket)
     end
   end
   if v and v ~= holder and holder_of(v) ~= holder then
@@ -197,11 +175,7 @@ for i = first, stop - 1 do
     end
     local mark = keep[i]
     if handed[i] and m1 == 'c' then
-      local q, qd = queue_keys(k)
-      if #own[i] > 0 then
-        redis.call('ZREM', q, unpack(own[i])) -- read above: q has them
-        redis.pcall('ZREM', qd, unpack(own[i])) -- an entry without a deadline may find qd gone
-      end
+      leave_own(k, own[i])
       mark = others[i]
     elseif handed[i] then
       mark = leave_queue(k, waiter)

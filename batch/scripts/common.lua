@@ -198,12 +198,72 @@ end
 
 -- entry_parse takes a member of a key's queue apart (lockval.QueueEntry):
 -- the token, the seq of the call that created the entry (0 for a waiter
--- in line, an older version's entry or a malformed seq) and the inbox
--- (nil for a waiter in line).
+-- in line, an older version's entry or a malformed seq), the inbox (nil
+-- for a waiter in line) and whether it is a reader's: a waiter by
+-- reservation for a shared key ends its entry with READER, which no inbox
+-- ends with (an inbox ends with a Locker id, base64url).
+local READER = '~'
 local function entry_parse(m)
   local sp = string.find(m, ' ', 1, true)
   local token, seq = token_seq(sp and string.sub(m, 1, sp - 1) or m)
-  return token, seq or 0, sp and string.sub(m, sp + 1) or nil
+  if not sp then
+    return token, seq or 0, nil, false
+  end
+  local reader = string.byte(m, -1) == 126 -- READER
+  return token, seq or 0, string.sub(m, sp + 1, reader and -2 or -1), reader
+end
+
+-- writer_before reports whether lock key k's queue, which the caller read
+-- before its first write, holds a live entry older than ticket (by score)
+-- other than a reader's by reservation: a writer (or a waiter in line,
+-- whose kind its entry does not say), which a reader must not pass. Reads
+-- only; pcall, as a read after this call's writes may meet a queue its
+-- ZREMs deleted in a migrating slot (then nobody is before it).
+local function writer_before(k, ticket, now)
+  local q, qd = queue_keys(k)
+  local older = redis.pcall('ZRANGE', q, '-inf', '(' .. ticket, 'BYSCORE')
+  if older.err then
+    return false
+  end
+  for _, m in ipairs(older) do
+    if string.byte(m, -1) ~= 126 then -- not READER
+      local d = redis.pcall('ZSCORE', qd, m)
+      if type(d) == 'string' and tonumber(d) > now then
+        return true
+      end
+    end
+  end
+  return false
+end
+
+-- own_entries returns waiter's entries by reservation in lock key k's
+-- queue (under any inbox it gave: after a reshard its inbox may be
+-- another channel; entry_of), found by its ticket, and whether the queue
+-- holds anyone else. The confirms read it before their first write: the
+-- ZREMs that leave the entries may delete the queue, and in a slot
+-- MIGRATING away a later read of the missing key would be refused after
+-- the writes before it (docs/faults.md bug 11).
+local function own_entries(k, waiter, ticket)
+  local q = queue_keys(k)
+  local n = redis.call('ZCARD', q)
+  local found = {}
+  if n > 0 and ticket then
+    for _, m in ipairs(redis.call('ZRANGE', q, ticket, ticket, 'BYSCORE')) do
+      if entry_of(m, waiter) then
+        found[#found + 1] = m
+      end
+    end
+  end
+  return found, n > #found
+end
+
+-- leave_own takes the entries own_entries found out of lock key k's queue.
+local function leave_own(k, found)
+  if #found > 0 then
+    local q, qd = queue_keys(k)
+    redis.call('ZREM', q, unpack(found)) -- read before: q has them
+    redis.pcall('ZREM', qd, unpack(found)) -- an entry without a deadline may find qd gone
+  end
 end
 
 -- older reports whether ticket t1 of waiter w1 is older than ticket t2 of
@@ -366,7 +426,8 @@ local function hand_off(k, now)
       publish(k, 'h ' .. head) -- lockval.HandOff
       return
     end
-    local waiter, inbox = string.sub(head, 1, sp - 1), string.sub(head, sp + 1)
+    local waiter = string.sub(head, 1, sp - 1)
+    local _, _, inbox = entry_parse(head)
     redis.call('SET', k, '^' .. string.format('%d', tonumber(score)) .. ':' .. waiter .. ':' .. inbox .. mark,
       'PX', RESERVE_MS)
     if publish(inbox, 'h ' .. k .. ' ' .. waiter) ~= 0 or c > DEAF_SCAN then -- lockval.HandOff

@@ -15,7 +15,8 @@
 -- ARGV[3] its inbox: the sharded channel its Locker listens on, in a slot
 --         of this node
 -- ARGV[4] mode and seq: 'r:<seq>' reserve (or wait in line for) every key,
---         or 'l:<seq>' leave: give back every key reserved for or held by
+--         's:<seq>' the same for keys the waiter wants shared, or
+--         'l:<seq>' leave: give back every key reserved for or held by
 --         the waiter and leave every queue. seq numbers the acquisition's
 --         reserve and leave calls (1, 2, ...; one seq for the calls of one
 --         round, which go to different nodes): reservations and queue
@@ -49,26 +50,36 @@
 --   reservation, that waiter is asked to yield it ('y <key> <waiter>' on
 --   its inbox): its next call hands the key to the oldest waiter (rule Y,
 --   cooperative wound-wait).
+--   mode 's' (a reader), held shared by others: the key counts as the
+--   waiter's (code 0, nothing written) unless a live writer older than
+--   it stands in the key's queue (writer_before); then it stands in line,
+--   as above. Its entry ends with READER: the grant of a reader wakes
+--   the readers at the head of the line (wake_readers in shared.lua).
 -- A waiter never writes over a value naming another owner.
 --
 -- Returns {seconds, microseconds, code1, ...}: the server's TIME, then per
 -- key (batch/reserve.go reads them into protocol.KeyReply):
 --    0  mode 'r': the key is the waiter's reservation now, written by this
---       call, or its owner's (untouched); mode 'l': the key was left
+--       call, or its owner's (untouched); mode 's' also: held shared,
+--       with no writer before it; mode 'l': the key was left
 --    e  (>= 1, mode 'r') the waiter stands in the key's queue under the
 --       entry created by its call e (this call's seq when it created it)
 --   -1  guarded: the key is the waiter's reservation with a seq above this
 --       call's; nothing was written for it
 local waiter, owner = string.match(ARGV[1], '^(%S+) ?(%S*)$')
 local ticket, inbox = ARGV[2], ARGV[3]
-local mode, seq = string.match(ARGV[4], '^([rl]):(%d+)$')
+local mode, seq = string.match(ARGV[4], '^([rls]):(%d+)$')
 seq = tonumber(seq)
 if not seq or seq < 1 or #ARGV[4] > 17 then
   return redis.error_reply('ERR slotlock reserve: mode ' .. ARGV[4])
 end
+local reader = mode == 's'
+if reader then
+  mode = 'r'
+end
 local keys, first, last = lock_keys(5)
 local sq = string.format('%d', seq)
-local me = waiter .. '/' .. sq .. ' ' .. inbox -- the entry this call creates
+local me = waiter .. '/' .. sq .. ' ' .. inbox .. (reader and READER or '') -- the entry this call creates
 
 -- ours reports whether value v is the waiter's to change in this call:
 -- held by it, or reserved for it with a seq not above this call's (an
@@ -197,6 +208,15 @@ for i = first, last do
     -- Its owner holds it through another lease: the confirm takes it as
     -- the owner's (a reentrant grant), so it is the waiter's, untouched.
     if lined[i] then
+      leave_mine(k)
+    end
+  elseif reader and v and string.byte(v, 1) == 126 then -- '~': held shared
+    -- A reader may join the holders unless a writer older than it waits
+    -- (writer_before): then it stands in line. Nothing is written for it
+    -- (others may join too); its confirm checks the same again.
+    if lined[i] and writer_before(k, ticket, now) then
+      code = join(k, v, false)
+    elseif lined[i] then
       leave_mine(k)
     end
   elseif not v or mine then

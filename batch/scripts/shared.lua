@@ -241,8 +241,9 @@ local function my_shared_hold(k, me, now)
   return st.mine and st, now
 end
 
--- line_ahead reports whether a live waiter stands before me in lock key
--- k's line (all of the line's live waiters when me is not in it), and
+-- line_ahead reports whether a live waiter other than a reader by
+-- reservation stands before me in lock key k's line (all of the line's
+-- live waiters when me is not in it), and
 -- whether one of those is a waiter by reservation (its entry is 'token
 -- inbox'): that one holds no key and may wait for keys the caller holds,
 -- so the caller must not wait behind it keeping any (shared_acquire.lua
@@ -253,7 +254,9 @@ local function line_ahead(k, me, now)
   local mine = redis.call('ZSCORE', q, me)
   local ahead, by_reservation = false, false
   for _, w in ipairs(live) do
-    if w ~= me then
+    -- A reader by reservation (its entry ends with READER) is not a
+    -- writer to prefer: readers pass each other.
+    if w ~= me and string.byte(w, -1) ~= 126 then
       local before = not mine
       if not before then
         local s = redis.call('ZSCORE', q, w)
@@ -274,5 +277,38 @@ end
 local function prune(h, dead)
   if #dead > 0 then
     redis.call('HDEL', h, unpack(dead))
+  end
+end
+
+-- WAKE_MAX bounds how many readers one grant wakes (wake_readers).
+local WAKE_MAX = 64
+
+-- wake_readers is called by the confirm of a reader by reservation that
+-- has just been granted lock key k shared (read before its first write:
+-- the queue exists) while others wait: the live readers by reservation at
+-- the head of k's line, up to the first live writer, may join it now.
+-- Each is sent a hand-off naming its entry ('h <key> <token/seq>', as
+-- hand_off's), which its evidence takes as the key being its own: its
+-- confirm checks that no writer is before it (writer_before). Nothing is
+-- written: the key stays shared. A waiter in line at the head is woken on
+-- the key's channel.
+local function wake_readers(k, now)
+  local q, qd = queue_keys(k)
+  local head = redis.pcall('ZRANGE', q, 0, WAKE_MAX - 1)
+  if head.err then
+    return
+  end
+  for _, m in ipairs(head) do
+    local d = redis.pcall('ZSCORE', qd, m)
+    if type(d) == 'string' and tonumber(d) > now then
+      local _, _, inbox, reader = entry_parse(m)
+      if not reader then
+        if not inbox then
+          publish(k, 'r')
+        end
+        return
+      end
+      publish(inbox, 'h ' .. k .. ' ' .. string.sub(m, 1, string.find(m, ' ', 1, true) - 1))
+    end
   end
 end

@@ -9,8 +9,13 @@
 --
 -- ARGV[1] holder (owner token of a reentrant lease, else the lease
 --         token), ARGV[2] lease token of a reentrant lease or ""
--- ARGV[3] ttl in milliseconds, ARGV[4] mode: 'a', 'w' or 'v' as in
---         acquire.lua (shared grants and permits get no fencing token)
+-- ARGV[3] ttl in milliseconds, ARGV[4] mode: 'a', 'w', 'v' or 'c:<ticket>'
+--         as in acquire.lua (shared grants and permits get no fencing
+--         token). The confirm ('c') of a reader by reservation takes a
+--         shared key that is free, reserved for it, or held shared with no
+--         live writer older than it in line (writer_before), leaves its
+--         own entries, and wakes the readers at the head of the line
+--         (wake_readers).
 -- ARGV[5] 's' shared keys or 'p' permits, ARGV[6..] the entries
 --         (request_entries in shared.lua)
 --
@@ -28,8 +33,10 @@
 -- the time until its first other holder's expiry.
 local holder, lease, ttl, mode = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local keys, first, last, permits, units, limits = request_entries(5)
-local wait = mode ~= 'a'
-local queued = mode == 'v'
+local m1 = string.sub(mode, 1, 1)
+local wait = m1 == 'w' or m1 == 'v'
+local queued = m1 == 'v' or m1 == 'c'
+local ticket = m1 == 'c' and string.match(mode, ':(%d+)$') or nil
 local me = lease ~= '' and lease or holder
 
 -- The common case first: shared keys nobody holds, each taken with one
@@ -65,6 +72,7 @@ local conflicts = {}
 local stop = last + 1 -- first entry not taken
 local vals, hold, handed = {}, {}, {}
 local ours = {} -- keys reserved for us: a hand-off popped our entry
+local own, others = {}, {} -- confirm: our entries in a key's line, and whether it has others
 local yields = {} -- keys whose line has a waiter by reservation before us
 for i = first, last do
   local k = keys[i]
@@ -83,6 +91,9 @@ for i = first, last do
     elseif queued then
       handed[i] = read_queue(k)
     end
+    if ticket and handed[i] then
+      own[i], others[i] = own_entries(k, me, ticket)
+    end
     local ahead, behind_reservation = false, false
     if v and is_shared(v) and string.byte(v, -1) == 33 -- '!'
       and not shared_holders(k, v, me, now).mine then
@@ -93,7 +104,11 @@ for i = first, last do
       -- here, it would wait for its own key while the writer before it
       -- in line waits for that reader's release, each for the other
       -- until the reader's Wait ran out.
-      ahead, behind_reservation = line_ahead(k, me, now)
+      if ticket then
+        ahead = handed[i] and writer_before(k, ticket, now)
+      else
+        ahead, behind_reservation = line_ahead(k, me, now)
+      end
     end
     if v and not is_shared(v) then
       busy = redis.call('PTTL', k)
@@ -160,7 +175,10 @@ for i = first, stop - 1 do
     later_expiry(k, ttl)
   else
     local more, lined = false, false
-    if handed[i] then
+    if handed[i] and ticket then
+      leave_own(k, own[i])
+      more, lined = others[i], #own[i] > 0
+    elseif handed[i] then
       more, lined = leave_queue(k, me)
     end
     if not v then
@@ -190,7 +208,11 @@ for i = first, stop - 1 do
       -- (a holder's, renewing its hold at each attempt while it waits
       -- for a later key) changes nothing for the line: waking it would
       -- send every waiter to an attempt that fails.
-      publish(k, 'r')
+      if ticket then
+        wake_readers(k, now)
+      else
+        publish(k, 'r')
+      end
     end
   end
 end

@@ -264,15 +264,21 @@ func QueueWaiter(member string) string {
 // QueueEntry takes a member of a key's queue apart: the waiter's token,
 // the seq of the call that created the entry (0 for a waiter in line, an
 // entry without one, or a malformed one) and the inbox ("" for a waiter
-// in line).
+// in line). A reader's entry (for a shared key) ends with QueueReader
+// after its inbox.
 func QueueEntry(member string) (token string, seq int64, inbox string) {
 	head, inbox, _ := strings.Cut(member, " ")
+	inbox = strings.TrimSuffix(inbox, QueueReader)
 	token, s, cut := strings.Cut(head, "/")
 	if cut {
 		seq, _ = parseSeq(s)
 	}
 	return token, seq, inbox
 }
+
+// QueueReader ends the queue entry of a waiter by reservation for a
+// shared key (READER in common.lua).
+const QueueReader = "~"
 
 // QueueDeadline converts a score of a key's deadline queue (P{T}#qd:K,
 // server milliseconds) to the moment the waiter leaves the line unless it

@@ -158,7 +158,7 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 	// reserve.lua leaves alone (it may be another lease's hold too), so
 	// this lease's holds go back (release.lua leaves the owner's others).
 	holdNothing := func() error {
-		if r.Who.Lease == "" {
+		if r.Who.Lease == "" && set.Plain() {
 			return nil
 		}
 		return q.rollback(ctx)

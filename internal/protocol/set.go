@@ -162,6 +162,11 @@ func (s *Set) KindOf(i int) Kind {
 // requests without shared keys or permits).
 func (s *Set) Plain() bool { return s.Kinds == nil }
 
+// HasPermits reports whether the set has permits.
+func (s *Set) HasPermits() bool {
+	return slices.ContainsFunc(s.Kinds, func(e Entry) bool { return e.Kind == Permit })
+}
+
 // SharedKey returns the holders sorted set of shared key i (companion in
 // batch/scripts/common.lua).
 func (s *Set) SharedKey(i int) string {
