@@ -117,16 +117,17 @@ func TestSharedKeyHandedToAWaiterByReservationInAnotherProcess(t *testing.T) {
 	e.requireUnlocked(ttl + 2*lockval.EntryTTL + time.Second)
 }
 
-// TestRequestYieldsToAWaiterByReservationInAnotherProcess: the prefix
-// give-back of docs/design.md ("Why no deadlock still holds") with the
-// waiter by reservation in another OS process, as replicas of a service
-// meet. A reader here holds b shared; a contender process locks b and
-// waits by reservation in b's line; a request here for x (before b in
-// canonical order) exclusive and b shared takes x, finds the process's
-// entry before it in b's line, and gives x back before it waits. Once
-// the reader leaves, the process is granted, releases, and the request
-// gets both. Mutation: line_ahead never saying "by reservation" (x stays
-// the request's while it waits).
+// TestRequestYieldsToAWaiterByReservationInAnotherProcess: a request
+// with shared keys waits behind a writer by reservation in another OS
+// process, as replicas of a service meet, holding nothing. A reader here
+// holds b shared; a contender process locks b and waits by reservation in
+// b's line; a request here for x (before b in canonical order) exclusive
+// and b shared finds the process's entry before it in b's line, and waits
+// by reservation: x is its reservation, never its hold, and it stands in
+// b's line behind the writer as a reader. Once the reader leaves, the
+// process is granted, releases, and the request gets both. Mutation:
+// writer_before always false (the request joins the reader before the
+// process's writer).
 func TestRequestYieldsToAWaiterByReservationInAnotherProcess(t *testing.T) {
 	e := newEnv(t, 2*time.Minute)
 	e.waitReady()
@@ -177,7 +178,10 @@ func TestRequestYieldsToAWaiterByReservationInAnotherProcess(t *testing.T) {
 		done <- err
 	}()
 	until("the request never stood in b's line", func() bool { return len(line()) == 2 })
-	until("the request kept its prefix x behind the other process's waiter", func() bool { return get(x) == "" })
+	until("the request never reserved x", func() bool { return strings.HasPrefix(get(x), lockval.Reserve) })
+	if m := line(); !strings.HasSuffix(m[1], lockval.QueueReader) {
+		t.Fatalf("the request is not a reader by reservation behind the process in b's line: %q", m)
+	}
 	select {
 	case err := <-done:
 		t.Fatalf("the request returned while b was the other process's to come: %v", err)
