@@ -488,4 +488,3 @@ func TestSharedReleaseKeepsTheLatestExpiry(t *testing.T) {
 		})
 	}
 }
-

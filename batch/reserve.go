@@ -33,30 +33,25 @@ import (
 
 var _ protocol.Queuer = (*Engine)(nil)
 
-// Queues is true for exclusive keys, plain or reentrant, while the slot
-// map is quiet, unless the server refused allow-cross-slot-keys
-// (protocol.Queuer). A reentrant waiter is named by its lease token
-// (waiterOf), so that leases of one owner wait apart; a key its owner
-// holds through another lease is its own to confirm, and reserve.lua
-// leaves it untouched. Per-slot calls (Options.PerSlot) wait by
-// reservation too: they carry the flag, so their scripts publish to an
-// inbox in another slot of the node. Without the flag they could not,
-// and a waiter would only learn of a hand-off at its refresh: those
-// waits keep the line, woken on the key's channel.
-// While slots move, waits keep a prefix:
-// node-wide calls fail whenever one of their slots is migrating, and a
-// waiter by reservation sends one to every node at each refresh and
-// confirm, so under a storm of moves it crawled
-// (TestReshardingUnderLoad: about a quarter of the grants of prefix
-// waiters); a prefix waiter gives its prefix back before a reserved key,
-// so the two kinds of waiter mix without deadlock.
-//
-// Requests with shared keys or permits (set not Plain) keep a prefix too:
-// a reservation is exclusive (one waiter's), and
-// readers that reserved would keep each other out; shared_acquire.lua
-// reports a reserved key as Reserved, so their prefix is given back
-// before one as any prefix waiter's (docs/design.md, "Waiting by
-// reservation across processes").
+// Queues is true for requests without permits (exclusive and shared
+// keys, plain or reentrant) while the slot map is quiet, unless the
+// server refused allow-cross-slot-keys (protocol.Queuer). A reentrant
+// waiter is named by its lease token (waiterOf), so that leases of one
+// owner wait apart; a key its owner holds through another lease is its
+// own to confirm, and reserve.lua leaves it untouched. A request's shared
+// keys go in calls of mode 's' (a reader's reservation: reserve.lua).
+// Per-slot calls (Options.PerSlot) wait by reservation too: they carry
+// the flag, so their scripts publish to an inbox in another slot of the
+// node. Without the flag they could not, and a waiter would only learn
+// of a hand-off at its refresh: those waits keep the line, woken on the
+// key's channel. While slots move, waits keep a prefix: node-wide calls
+// fail whenever one of their slots is migrating, and a waiter by
+// reservation sends one to every node at each refresh and confirm, so
+// under a storm of moves it crawled (TestReshardingUnderLoad: about a
+// quarter of the grants of prefix waiters); a prefix waiter gives its
+// prefix back before a reserved key, so the two kinds of waiter mix
+// without deadlock. Requests with permits keep a prefix too: permits have
+// no reservation.
 func (e *Engine) Queues(set *protocol.Set, r *protocol.Request) bool {
 	return !set.HasPermits() && !e.noFlag.Load() && !e.mapChurning()
 }

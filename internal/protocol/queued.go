@@ -15,9 +15,9 @@ import (
 type Queuer interface {
 	Strategy
 	// Queues reports whether acquisitions of r for set may wait by
-	// reservation. A set with shared keys or permits (Locker.Acquire)
-	// never does: it keeps the prefix protocol, whose give-back before a
-	// reserved key (Conflict.Reserved) makes the two kinds of waiter mix.
+	// reservation. A set that does not keeps the prefix protocol, whose
+	// give-back before a reserved key (Conflict.Reserved) makes the two
+	// kinds of waiter mix.
 	Queues(set *Set, r *Request) bool
 	// Contended reports whether a Lock should skip its first attempt and
 	// reserve at once: where batches collide in Redis, a first attempt
@@ -122,8 +122,10 @@ const ReserveRefresh = 500 * time.Millisecond / 3
 // Y's next Reserve hands the key to the oldest waiter in line (rule Y),
 // unless Y is granted, and a granted lease waits for nothing. So a cycle
 // that lasts has only edges towards older waiters, and tickets are a total
-// order, the same in every call: there is none. Waiters that keep a
-// prefix (the pipeline strategy, shared keys and permits) give their whole prefix
+// order, the same in every call: there is none. A reader's shared key
+// held by others that counts as its own is not reserved: nobody waits for
+// it. Waiters that keep a prefix (the pipeline strategy, permits, a
+// churning map) give their whole prefix
 // back before they wait for a reserved key (Conflict.Reserved), so they
 // hold nothing any waiter by reservation can wait for while they wait for
 // one.
@@ -155,8 +157,9 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 	// A waiter by reservation holds nothing while it waits. A plain one's
 	// keys (its first attempt's, a failed confirm's) become reservations
 	// in its next round; a reentrant one's are in its owner's form, which
-	// reserve.lua leaves alone (it may be another lease's hold too), so
-	// this lease's holds go back (release.lua leaves the owner's others).
+	// reserve.lua leaves alone (it may be another lease's hold too), and a
+	// request's shared holds are shared with others: those go back
+	// (release.lua leaves the owner's other holds).
 	holdNothing := func() error {
 		if r.Who.Lease == "" && set.Plain() {
 			return nil
