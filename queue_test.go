@@ -216,13 +216,16 @@ func TestCancelWhileQueuedLeavesNothing(t *testing.T) {
 	// it (its owner's form is not converted). Were the leave lost, the
 	// entry would lapse within lockval.EntryTTL
 	// (TestReleaseHandsOffToTheOldestLiveWaiter skips such an entry).
-	// Mutation: a reentrant waiter that keeps its first attempt's holds
-	// (holdNothing a no-op) leaves {cq}a held by its owner.
+	// A request with shared keys (all but cq:a) is cancelled the same way.
+	// Mutation: a reentrant waiter or a request that keeps its first
+	// attempt's holds (holdNothing a no-op) leaves {cq}a held by its
+	// owner, or shared in its name.
 	for _, m := range modes {
-		for _, owner := range []string{"", "cq-owner"} {
-			name := m.name
-			if owner != "" {
-				name += "/reentrant"
+		for _, kind := range []string{"plain", "reentrant", "shared"} {
+			name := m.name + "/" + kind
+			owner := ""
+			if kind == "reentrant" {
+				owner = "cq-owner"
 			}
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
@@ -242,7 +245,12 @@ func TestCancelWhileQueuedLeavesNothing(t *testing.T) {
 				}
 				got := make(chan error, 1)
 				go func() {
-					_, err := waiter.Lock(wctx, keys...)
+					var err error
+					if kind == "shared" {
+						_, err = waiter.Acquire(wctx, slotlock.Request{Exclusive: keys[:1], Shared: keys[1:], Wait: slotlock.WaitForever})
+					} else {
+						_, err = waiter.Lock(wctx, keys...)
+					}
 					got <- err
 				}()
 				require.Eventually(t, func() bool { return e.queueLen(ctx, held) == 1 }, 10*time.Second, time.Millisecond)
