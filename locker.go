@@ -232,12 +232,12 @@ func (l *Locker) take(ctx context.Context, keys []string, entries []protocol.Ent
 		return nil, err
 	}
 	le := newLease(l, set, token, ctx)
-	if l.local != nil && set.Plain() {
+	if l.local != nil && !set.HasPermits() {
 		// The in-process table is keyed by lock key: one per user key
-		// under this Locker's prefix, and already named by the Set.
-		// Shared keys and permits queue in Redis only: the table is
-		// exclusive, and would make readers of one key wait for each
-		// other.
+		// under this Locker's prefix, and already named by the Set; its
+		// shared holders of a key do not exclude each other. Permits
+		// queue in Redis only: the table has no counted resources.
+		le.holder.Shared = sharedKeys(set)
 		if wait {
 			var w0 time.Time
 			if count {
@@ -304,7 +304,7 @@ func (l *Locker) take(ctx context.Context, keys []string, entries []protocol.Ent
 		break
 	}
 	if err != nil {
-		if l.local != nil && set.Plain() {
+		if l.local != nil && !set.HasPermits() {
 			l.local.Release(le.set.Lock, le.holder)
 		}
 		if rb := le.stats.RollbackErr; rb != nil && l.log != nil {
@@ -356,4 +356,17 @@ func newToken() (string, error) {
 		return "", fmt.Errorf("slotlock: token: %w", err)
 	}
 	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+}
+
+// sharedKeys returns, per key of set, whether the request wants it shared
+// (localq.Holder.Shared); nil when every key is exclusive.
+func sharedKeys(set *protocol.Set) []bool {
+	if set.Plain() {
+		return nil
+	}
+	out := make([]bool, set.Len())
+	for i := range out {
+		out[i] = set.KindOf(i) == protocol.Shared
+	}
+	return out
 }

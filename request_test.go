@@ -112,26 +112,28 @@ func (e *env) inLine(ctx context.Context, key string, n int64) {
 
 // TestRequestWriterNotStarved: once a writer waits in a shared key's line,
 // no new reader is admitted; the last reader's release hands the key to
-// the writer, and readers that queued behind the writer get in after it,
-// together.
+// the writer, and readers that queued behind the writer get in after it
+// (together: TestReadersQueuedTogetherAreGrantedTogether).
 func TestRequestWriterNotStarved(t *testing.T) {
 	e := newEnv(t)
-	l := e.locker(slotlock.Options{})
+	// Each actor has a Locker of its own: they meet in Redis, not in one
+	// Locker's in-process queue.
+	l := func() *slotlock.Locker { return e.locker(slotlock.Options{}) }
 	ctx := ctxT(t, 30*time.Second)
 	reader := func() slotlock.Request { return slotlock.Request{Shared: []string{"k"}, Wait: slotlock.WaitForever} }
-	r1, err := l.Acquire(ctx, reader())
+	r1, err := l().Acquire(ctx, reader())
 	require.NoError(t, err)
 
 	wGot := make(chan *slotlock.Lease, 1)
 	go func() {
-		w, err := l.Acquire(ctx, slotlock.Request{Exclusive: []string{"k"}, Wait: slotlock.WaitForever})
+		w, err := l().Acquire(ctx, slotlock.Request{Exclusive: []string{"k"}, Wait: slotlock.WaitForever})
 		assert.NoError(t, err)
 		wGot <- w
 	}()
 	e.inLine(ctx, "k", 1)
 
 	// A new reader, not waiting: refused while the writer is in line.
-	_, err = l.Acquire(ctx, slotlock.Request{Shared: []string{"k"}})
+	_, err = l().Acquire(ctx, slotlock.Request{Shared: []string{"k"}})
 	var ce *slotlock.ConflictError
 	require.ErrorAs(t, err, &ce, "a reader jumped a waiting writer")
 
@@ -139,7 +141,7 @@ func TestRequestWriterNotStarved(t *testing.T) {
 	rGot := make(chan *slotlock.Lease, 2)
 	for range 2 {
 		go func() {
-			r, err := l.Acquire(ctx, reader())
+			r, err := l().Acquire(ctx, reader())
 			assert.NoError(t, err)
 			rGot <- r
 		}()
@@ -163,14 +165,8 @@ func TestRequestWriterNotStarved(t *testing.T) {
 		t.Fatal("a reader got in while the writer held the key")
 	case <-time.After(100 * time.Millisecond):
 	}
-	released := time.Now()
 	require.NoError(t, w.Release(ctx))
 	a, b := <-rGot, <-rGot
-	// The release hands the key to the first reader, whose grant wakes
-	// the second: both are in within round trips, where a reader left to
-	// its timer would come up to a second (protocol.MaxWait) later.
-	t.Logf("both readers in %v after the writer's release", time.Since(released))
-	require.Less(t, time.Since(released), 300*time.Millisecond, "the readers in line came by their timers")
 	require.NotNil(t, a)
 	require.NotNil(t, b)
 	// Both readers hold the key at once.

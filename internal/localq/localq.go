@@ -34,7 +34,14 @@ type Holder struct {
 	// Owner is the reentrancy identity; holders with the same non-empty
 	// Owner do not exclude each other here (Redis keeps the hold count).
 	Owner string
+	// Shared, when not nil, says per key (indexed as the keys the holder
+	// asks for) whether it wants the key shared: shared holders of a key
+	// do not exclude each other (Locker.Acquire's readers).
+	Shared []bool
 }
+
+// sharedAt reports whether h wants its key i shared.
+func (h *Holder) sharedAt(i int) bool { return h.Shared != nil && h.Shared[i] }
 
 // SetDeadline records when the holder's locks expire, as estimated by the
 // client; the zero time means "still acquiring": never taken over.
@@ -56,7 +63,8 @@ func (h *Holder) expired(now time.Time) (bool, time.Duration) {
 }
 
 type entry struct {
-	holders []*Holder // one, or several of the same Owner
+	holders []*Holder // one, several of the same Owner, or shared holders
+	shared  bool      // the holders hold the key shared
 	waiters []*waiter // waiting for this key (among others), in no order
 	// reserved: the oldest waiter wants this key; nobody else is granted it.
 	reserved bool
@@ -105,13 +113,14 @@ type Conflict struct {
 	TTL   time.Duration // until the holder's deadline; -1 if unknown
 }
 
-// freeFor says whether h may be granted the key of e now: nobody holds it
-// but h's own owner or a holder whose deadline passed (taken over), and, if
-// nobody holds it, the oldest waiter (unless that is w itself) has not
-// reserved it. A key h's owner holds is admitted even when reserved: the
-// reserving waiter waits for that owner anyway, and refusing the owner's
-// nested lease of a key it holds would deadlock it.
-func freeFor(e *entry, h *Holder, w *waiter, head *waiter, now time.Time) bool {
+// freeFor says whether h may be granted the key of e now (sh: shared):
+// nobody holds it but h's own owner, shared holders when h wants it
+// shared, or holders whose deadline passed (taken over), and the oldest
+// waiter (unless that is w itself) has not reserved it: a reader does not
+// pass the oldest waiter. A key h's owner holds is admitted even when
+// reserved: the reserving waiter waits for that owner anyway, and refusing
+// the owner's nested lease of a key it holds would deadlock it.
+func freeFor(e *entry, h *Holder, sh bool, w *waiter, head *waiter, now time.Time) bool {
 	if e == nil {
 		return true
 	}
@@ -119,11 +128,21 @@ func freeFor(e *entry, h *Holder, w *waiter, head *waiter, now time.Time) bool {
 		if h.Owner != "" && e.holders[0].Owner == h.Owner {
 			return true
 		}
-		if exp, _ := e.holders[0].expired(now); !exp {
+		if !(sh && e.shared) && !allExpired(e, now) {
 			return false
 		}
 	}
 	return !e.reserved || (w != nil && w == head)
+}
+
+// allExpired reports whether every holder of e has run out of lease.
+func allExpired(e *entry, now time.Time) bool {
+	for _, x := range e.holders {
+		if exp, _ := x.expired(now); !exp {
+			return false
+		}
+	}
+	return true
 }
 
 // TryAcquire takes every key for h, or none: it returns the keys held by
@@ -137,7 +156,7 @@ func (t *Table) TryAcquire(keys []string, h *Holder) []Conflict {
 	}
 	var out []Conflict // not empty: the same check at the same now failed
 	for i, k := range keys {
-		if e := t.m[k]; !freeFor(e, h, nil, t.head, now) {
+		if e := t.m[k]; !freeFor(e, h, h.sharedAt(i), nil, t.head, now) {
 			out = append(out, Conflict{Index: i, TTL: ttlOf(e, now)})
 		}
 	}
@@ -157,8 +176,8 @@ func ttlOf(e *entry, now time.Time) time.Duration {
 // allFree says whether every key is free for h (freeFor), w being h's
 // waiter if it waits.
 func (t *Table) allFree(keys []string, h *Holder, w *waiter, now time.Time) bool {
-	for _, k := range keys {
-		if !freeFor(t.m[k], h, w, t.head, now) {
+	for i, k := range keys {
+		if !freeFor(t.m[k], h, h.sharedAt(i), w, t.head, now) {
 			return false
 		}
 	}
@@ -175,14 +194,14 @@ func (t *Table) grantFree(keys []string, h *Holder, now time.Time) bool {
 		if !t.allFree(keys, h, nil, now) {
 			return false
 		}
-		t.takeAll(keys, h)
+		t.takeAll(keys, h, now)
 		return true
 	}
 	var buf [grantBuf]*entry
 	found := buf[:len(keys)]
 	for i, k := range keys {
 		e := t.m[k]
-		if !freeFor(e, h, nil, t.head, now) {
+		if !freeFor(e, h, h.sharedAt(i), nil, t.head, now) {
 			return false
 		}
 		found[i] = e
@@ -192,7 +211,7 @@ func (t *Table) grantFree(keys []string, h *Holder, now time.Time) bool {
 		if e == nil {
 			e = t.entryFor(k)
 		}
-		t.hold(e, h)
+		t.hold(e, h, h.sharedAt(i), now)
 	}
 	return true
 }
@@ -200,22 +219,26 @@ func (t *Table) grantFree(keys []string, h *Holder, now time.Time) bool {
 // grantBuf is how many keys grantFree keeps the entries of on the stack.
 const grantBuf = 256
 
-// hold makes h a holder of e, shared with its owner's leases or alone;
-// the caller checked that it may (freeFor).
-func (t *Table) hold(e *entry, h *Holder) {
-	if len(e.holders) > 0 && h.Owner != "" && e.holders[0].Owner == h.Owner {
-		e.holders = append(e.holders, h) // shared with its owner's leases
-	} else { // free, or an expired holder taken over
+// hold makes h a holder of e (sh: shared), beside its owner's leases or
+// other shared holders, or alone; the caller checked that it may
+// (freeFor).
+func (t *Table) hold(e *entry, h *Holder, sh bool, now time.Time) {
+	if len(e.holders) > 0 && (h.Owner != "" && e.holders[0].Owner == h.Owner ||
+		sh && e.shared && !allExpired(e, now)) {
+		e.holders = append(e.holders, h)
+	} else { // free, or expired holders taken over
+		clear(e.holders)
 		e.one[0] = h
 		e.holders = e.one[:1]
+		e.shared = sh
 	}
 }
 
 // takeAll makes h a holder of every key; the caller checked that it may
 // (freeFor).
-func (t *Table) takeAll(keys []string, h *Holder) {
-	for _, k := range keys {
-		t.hold(t.entryFor(k), h)
+func (t *Table) takeAll(keys []string, h *Holder, now time.Time) {
+	for i, k := range keys {
+		t.hold(t.entryFor(k), h, h.sharedAt(i), now)
 	}
 }
 
@@ -374,7 +397,7 @@ func (t *Table) run(all bool) {
 	for w := t.head; w != nil; {
 		next := w.next
 		if (all || w.touched == t.sweep) && t.allFree(w.keys, w.h, w, now) {
-			t.takeAll(w.keys, w.h)
+			t.takeAll(w.keys, w.h, now)
 			t.leave(w)
 			close(w.ready)
 		}
@@ -400,7 +423,7 @@ func (t *Table) recycle(e *entry) {
 	if cap(e.waiters) > 0 || len(t.free) >= maxFree {
 		return
 	}
-	e.holders, e.one[0], e.reserved = nil, nil, false
+	e.holders, e.one[0], e.reserved, e.shared = nil, nil, false, false
 	t.free = append(t.free, e)
 }
 

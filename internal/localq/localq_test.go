@@ -307,3 +307,54 @@ func TestExclusionUnderChurn(t *testing.T) {
 	wg.Wait()
 	require.Zero(t, q.Len(), "every key forgotten")
 }
+
+// Shared holders of a key do not exclude each other, but exclude a
+// writer; a reader does not pass the oldest waiter (a writer), and
+// readers waiting behind it are granted together at its release.
+// Mutations: freeFor admitting a reader whatever the holders' mode (the
+// writer is let in beside the readers); freeFor ignoring the
+// reservation for readers (r3 passes the waiting writer).
+func TestSharedHolders(t *testing.T) {
+	q := New()
+	sh := []bool{true}
+	r1, r2 := &Holder{Shared: sh}, &Holder{Shared: sh}
+	require.Nil(t, q.TryAcquire([]string{"k"}, r1))
+	require.Nil(t, q.TryAcquire([]string{"k"}, r2), "readers share")
+	w := &Holder{}
+	require.NotNil(t, q.TryAcquire([]string{"k"}, w), "a writer beside readers")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wDone := make(chan error, 1)
+	go func() { wDone <- q.Acquire(ctx, []string{"k"}, w) }()
+	require.Eventually(t, func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.head != nil
+	}, 5*time.Second, time.Millisecond)
+	r3, r4 := &Holder{Shared: sh}, &Holder{Shared: sh}
+	require.NotNil(t, q.TryAcquire([]string{"k"}, r3), "a reader passed the waiting writer")
+	rDone := make(chan error, 2)
+	go func() { rDone <- q.Acquire(ctx, []string{"k"}, r3) }()
+	go func() { rDone <- q.Acquire(ctx, []string{"k"}, r4) }()
+	holders := func() []*Holder {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return slices.Clone(q.m["k"].holders)
+	}
+	require.Eventually(t, func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return len(q.m["k"].waiters) == 3
+	}, 5*time.Second, time.Millisecond, "the writer and two readers wait")
+	q.Release([]string{"k"}, r1)
+	q.Release([]string{"k"}, r2)
+	require.NoError(t, <-wDone)
+	require.Equal(t, []*Holder{w}, holders(), "a reader was granted beside the writer")
+	q.Release([]string{"k"}, w)
+	require.NoError(t, <-rDone)
+	require.NoError(t, <-rDone) // both readers hold k at once
+	q.Release([]string{"k"}, r3)
+	q.Release([]string{"k"}, r4)
+	require.Zero(t, q.Len())
+}
