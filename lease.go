@@ -101,6 +101,9 @@ func (le *Lease) granted(g protocol.Grant) {
 	le.fences = g.Fences
 	le.warning = g.Warning
 	le.holder.SetDeadline(g.Deadline)
+	if le.l.local != nil {
+		le.l.local.Granted(le.set.Lock, le.holder) // readers waiting to join it
+	}
 }
 
 // Keys returns the lease's keys in canonical order (by hash slot, then

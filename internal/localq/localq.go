@@ -43,6 +43,26 @@ type Holder struct {
 // sharedAt reports whether h wants its key i shared.
 func (h *Holder) sharedAt(i int) bool { return h.Shared != nil && h.Shared[i] }
 
+// want is how a holder asks for one key.
+type want uint8
+
+const (
+	exclusive     want = iota
+	sharedGranted      // shared, beside readers granted in Redis (a wait)
+	sharedAny          // shared, beside any readers (a try, which waits for nothing)
+)
+
+// wantAt returns how h asks for its key i; try for a TryAcquire.
+func (h *Holder) wantAt(i int, try bool) want {
+	switch {
+	case !h.sharedAt(i):
+		return exclusive
+	case try:
+		return sharedAny
+	}
+	return sharedGranted
+}
+
 // SetDeadline records when the holder's locks expire, as estimated by the
 // client; the zero time means "still acquiring": never taken over.
 func (h *Holder) SetDeadline(t time.Time) {
@@ -113,14 +133,15 @@ type Conflict struct {
 	TTL   time.Duration // until the holder's deadline; -1 if unknown
 }
 
-// freeFor says whether h may be granted the key of e now (sh: shared):
-// nobody holds it but h's own owner, shared holders when h wants it
-// shared, or holders whose deadline passed (taken over), and the oldest
+// freeFor says whether h may be granted the key of e now, asked for as
+// m: nobody holds it but h's own owner, shared holders when h wants it
+// shared (granted in Redis, unless h only tries), or holders whose
+// deadline passed (taken over), and the oldest
 // waiter (unless that is w itself) has not reserved it: a reader does not
 // pass the oldest waiter. A key h's owner holds is admitted even when
 // reserved: the reserving waiter waits for that owner anyway, and refusing
 // the owner's nested lease of a key it holds would deadlock it.
-func freeFor(e *entry, h *Holder, sh bool, w *waiter, head *waiter, now time.Time) bool {
+func freeFor(e *entry, h *Holder, m want, w *waiter, head *waiter, now time.Time) bool {
 	if e == nil {
 		return true
 	}
@@ -128,11 +149,47 @@ func freeFor(e *entry, h *Holder, sh bool, w *waiter, head *waiter, now time.Tim
 		if h.Owner != "" && e.holders[0].Owner == h.Owner {
 			return true
 		}
-		if !(sh && e.shared) && !allExpired(e, now) {
+		if !(m != exclusive && e.shared && (m == sharedAny || allGranted(e))) && !allExpired(e, now) {
 			return false
 		}
 	}
 	return !e.reserved || (w != nil && w == head)
+}
+
+// allGranted reports whether every holder of e is granted in Redis (its
+// deadline is known). A reader joins only granted readers: while the
+// first is still acquiring (it may be waiting in Redis behind a writer
+// of another process, which turns new readers away), the others wait
+// here for it, as for a writer, instead of each waiting in Redis. Its
+// grant wakes them (Granted).
+func allGranted(e *entry) bool {
+	for _, x := range e.holders {
+		if x.deadline.Load() == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Granted tells the table that h, which holds keys here, is granted in
+// Redis: readers waiting for a key it holds shared may join it now.
+func (t *Table) Granted(keys []string, h *Holder) {
+	if h.Shared == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.sweep++
+	found := false
+	for i, k := range keys {
+		if e := t.m[k]; e != nil && h.sharedAt(i) && len(e.waiters) > 0 {
+			t.touch(e)
+			found = true
+		}
+	}
+	if found {
+		t.run(false)
+	}
 }
 
 // allExpired reports whether every holder of e has run out of lease.
@@ -151,12 +208,12 @@ func (t *Table) TryAcquire(keys []string, h *Holder) []Conflict {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := time.Now()
-	if t.grantFree(keys, h, now) {
+	if t.grantFree(keys, h, now, true) {
 		return nil
 	}
 	var out []Conflict // not empty: the same check at the same now failed
 	for i, k := range keys {
-		if e := t.m[k]; !freeFor(e, h, h.sharedAt(i), nil, t.head, now) {
+		if e := t.m[k]; !freeFor(e, h, h.wantAt(i, true), nil, t.head, now) {
 			out = append(out, Conflict{Index: i, TTL: ttlOf(e, now)})
 		}
 	}
@@ -175,9 +232,9 @@ func ttlOf(e *entry, now time.Time) time.Duration {
 
 // allFree says whether every key is free for h (freeFor), w being h's
 // waiter if it waits.
-func (t *Table) allFree(keys []string, h *Holder, w *waiter, now time.Time) bool {
+func (t *Table) allFree(keys []string, h *Holder, w *waiter, now time.Time, try bool) bool {
 	for i, k := range keys {
-		if !freeFor(t.m[k], h, h.sharedAt(i), w, t.head, now) {
+		if !freeFor(t.m[k], h, h.wantAt(i, try), w, t.head, now) {
 			return false
 		}
 	}
@@ -189,9 +246,9 @@ func (t *Table) allFree(keys []string, h *Holder, w *waiter, now time.Time) bool
 // one map lookup per key fewer: the entries found by the check are kept
 // (up to grantBuf keys) for the grant, which is all an uncontended batch
 // does here; t.mu is held.
-func (t *Table) grantFree(keys []string, h *Holder, now time.Time) bool {
+func (t *Table) grantFree(keys []string, h *Holder, now time.Time, try bool) bool {
 	if len(keys) > grantBuf {
-		if !t.allFree(keys, h, nil, now) {
+		if !t.allFree(keys, h, nil, now, try) {
 			return false
 		}
 		t.takeAll(keys, h, now)
@@ -201,7 +258,7 @@ func (t *Table) grantFree(keys []string, h *Holder, now time.Time) bool {
 	found := buf[:len(keys)]
 	for i, k := range keys {
 		e := t.m[k]
-		if !freeFor(e, h, h.sharedAt(i), nil, t.head, now) {
+		if !freeFor(e, h, h.wantAt(i, try), nil, t.head, now) {
 			return false
 		}
 		found[i] = e
@@ -261,7 +318,7 @@ func (t *Table) entryFor(k string) *entry {
 // On error (ctx done) it holds nothing and returns context.Cause(ctx).
 func (t *Table) Acquire(ctx context.Context, keys []string, h *Holder) error {
 	t.mu.Lock()
-	if t.grantFree(keys, h, time.Now()) {
+	if t.grantFree(keys, h, time.Now(), false) {
 		t.mu.Unlock()
 		return nil
 	}
@@ -396,7 +453,7 @@ func (t *Table) run(all bool) {
 	now := time.Now()
 	for w := t.head; w != nil; {
 		next := w.next
-		if (all || w.touched == t.sweep) && t.allFree(w.keys, w.h, w, now) {
+		if (all || w.touched == t.sweep) && t.allFree(w.keys, w.h, w, now, false) {
 			t.takeAll(w.keys, w.h, now)
 			t.leave(w)
 			close(w.ready)

@@ -308,9 +308,11 @@ func TestExclusionUnderChurn(t *testing.T) {
 	require.Zero(t, q.Len(), "every key forgotten")
 }
 
-// Shared holders of a key do not exclude each other, but exclude a
-// writer; a reader does not pass the oldest waiter (a writer), and
-// readers waiting behind it are granted together at its release.
+// Shared holders of a key do not exclude each other once granted in
+// Redis (a reader waits here while the first is still acquiring), but
+// exclude a writer; a reader does not pass the oldest waiter (a writer),
+// and readers waiting behind it are granted at its release, each as the
+// one before it is granted in Redis (Granted).
 // Mutations: freeFor admitting a reader whatever the holders' mode (the
 // writer is let in beside the readers); freeFor ignoring the
 // reservation for readers (r3 passes the waiting writer).
@@ -319,7 +321,15 @@ func TestSharedHolders(t *testing.T) {
 	sh := []bool{true}
 	r1, r2 := &Holder{Shared: sh}, &Holder{Shared: sh}
 	require.Nil(t, q.TryAcquire([]string{"k"}, r1))
-	require.Nil(t, q.TryAcquire([]string{"k"}, r2), "readers share")
+	ctx0, cancel0 := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel0()
+	require.Error(t, q.Acquire(ctx0, []string{"k"}, r2), "a waiting reader joined one still acquiring in Redis")
+	r1.SetDeadline(time.Now().Add(time.Minute))
+	q.Granted([]string{"k"}, r1)
+	require.NoError(t, q.Acquire(context.Background(), []string{"k"}, r2), "readers share")
+	r0 := &Holder{Shared: sh}
+	require.Nil(t, q.TryAcquire([]string{"k"}, r0), "a try joins readers, granted or not")
+	q.Release([]string{"k"}, r0)
 	w := &Holder{}
 	require.NotNil(t, q.TryAcquire([]string{"k"}, w), "a writer beside readers")
 
@@ -352,7 +362,11 @@ func TestSharedHolders(t *testing.T) {
 	require.NoError(t, <-wDone)
 	require.Equal(t, []*Holder{w}, holders(), "a reader was granted beside the writer")
 	q.Release([]string{"k"}, w)
-	require.NoError(t, <-rDone)
+	require.NoError(t, <-rDone) // one reader, then the other once it is granted in Redis
+	for _, r := range []*Holder{r3, r4} {
+		r.SetDeadline(time.Now().Add(time.Minute))
+		q.Granted([]string{"k"}, r)
+	}
 	require.NoError(t, <-rDone) // both readers hold k at once
 	q.Release([]string{"k"}, r3)
 	q.Release([]string{"k"}, r4)
