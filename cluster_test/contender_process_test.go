@@ -58,7 +58,7 @@ type contenderSpec struct {
 	// Kind, in the loop: "" plain leases (Lock); "reentrant": Lock under
 	// an owner (WithOwner) of the process's own; "request": Locker.Acquire
 	// requests with shared keys, sometimes an exclusive one and permits
-	// (mixedRequest).
+	// (mixedRequest); "shared": the same without permits.
 	Kind string
 	// Workers: how many goroutines run the loop (0: one), each with its
 	// own random batches (and, with Kind "reentrant", its own owner).
@@ -224,8 +224,11 @@ func contenderLoop(ctx context.Context, l *slotlock.Locker, spec contenderSpec, 
 		var lease *slotlock.Lease
 		var req slotlock.Request
 		switch spec.Kind {
-		case "request":
+		case "request", "shared":
 			req = mixedRequest(keys, r)
+			if spec.Kind == "shared" {
+				req.Permits = nil // waits by reservation, as readers and writers do
+			}
 			lease, err = l.Acquire(lctx, req)
 		case "reentrant":
 			lease, err = l.Lock(slotlock.WithOwner(lctx, fmt.Sprintf("owner-%d-%d", spec.Seed, w)), keys...)
@@ -280,7 +283,7 @@ func contenderLoop(ctx context.Context, l *slotlock.Locker, spec contenderSpec, 
 		to = min(to, until)
 		ev := contenderEvent{Event: "held", Token: lease.Token(), Keys: lease.Keys(), From: from, To: to, Wait: int64(wait),
 			Call: call, Ret: ret, How: how, Until: until}
-		if spec.Kind == "request" {
+		if spec.Kind == "request" || spec.Kind == "shared" {
 			ev.Keys, ev.Shared, ev.Permits = req.Exclusive, req.Shared, req.Permits
 		}
 		for _, k := range ev.Keys {
