@@ -250,7 +250,7 @@ func kindJobs(set *protocol.Set, idx []int, excl job, shared *script, sharedHead
 	}{{sh, 's'}, {pm, 'p'}} {
 		if len(k.idx) > 0 {
 			jobs = append(jobs, job{s: shared, set: set, idx: k.idx, orig: orig0 + len(jobs), kind: k.kind,
-				queue: k.kind == 's', head: append(slices.Clip(sharedHead), string(k.kind))})
+				queue: true, head: append(slices.Clip(sharedHead), string(k.kind))})
 		}
 	}
 	return jobs

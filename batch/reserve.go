@@ -33,8 +33,8 @@ import (
 
 var _ protocol.Queuer = (*Engine)(nil)
 
-// Queues is true for requests without permits (exclusive and shared
-// keys, plain or reentrant) while the slot map is quiet, unless the
+// Queues is true for every lease (exclusive and shared keys, permits,
+// plain or reentrant) while the slot map is quiet, unless the
 // server refused allow-cross-slot-keys (protocol.Queuer). A reentrant
 // waiter is named by its lease token (waiterOf), so that leases of one
 // owner wait apart; a key its owner holds through another lease is its
@@ -50,10 +50,10 @@ var _ protocol.Queuer = (*Engine)(nil)
 // under a storm of moves it crawled (TestReshardingUnderLoad: about a
 // quarter of the grants of prefix waiters); a prefix waiter gives its
 // prefix back before a reserved key, so the two kinds of waiter mix
-// without deadlock. Requests with permits keep a prefix too: permits have
-// no reservation.
+// without deadlock. Permits wait in their line by reservation's rules
+// (reserve.lua mode 'p'), first come first served.
 func (e *Engine) Queues(set *protocol.Set, r *protocol.Request) bool {
-	return !set.HasPermits() && !e.noFlag.Load() && !e.mapChurning()
+	return !e.noFlag.Load() && !e.mapChurning()
 }
 
 // churnQuiet is how long the slot map must stay unchanged before waits go
@@ -341,16 +341,28 @@ func (e *Engine) Reserve(ctx context.Context, set *protocol.Set, r *protocol.Req
 			}}
 	}
 	// Keys wanted shared go in calls of their own, mode 's' (a reader's
-	// reservation: reserve.lua); a leave treats every key alike.
-	x, sh, _ := set.Split(nil)
+	// reservation: reserve.lua), and so do permits, with their units and
+	// limits (kind 'p'), mode 'p' or, to leave, 'P'; a leave treats every
+	// key alike.
+	x, sh, pm := set.Split(nil)
 	if leave {
-		x, sh = set.All(0), nil
+		x, sh = append(x, sh...), nil
+		slices.Sort(x)
 	}
 	if len(x) > 0 {
 		jobs = append(jobs, reserveJob(x, mode))
 	}
 	if len(sh) > 0 {
 		jobs = append(jobs, reserveJob(sh, "s"+mode[1:]))
+	}
+	if len(pm) > 0 {
+		pmode := "p" + mode[1:]
+		if leave {
+			pmode = "P" + mode[1:]
+		}
+		j := reserveJob(pm, pmode)
+		j.kind = 'p'
+		jobs = append(jobs, j)
 	}
 	calls, gen, err := e.plan(ctx, jobs, e.perSlot.Load())
 	if err != nil {
@@ -373,6 +385,13 @@ func (e *Engine) Reserve(ctx context.Context, set *protocol.Set, r *protocol.Req
 		vals, err := res.AsIntSlice()
 		if err == nil && (len(vals) != 2+len(c.idx) || slices.ContainsFunc(vals[2:], func(v int64) bool { return v < -1 })) {
 			err = fmt.Errorf("malformed reserve reply %v", vals)
+		}
+		if pos, limit, ok := rediserr.LimitMismatch(err); ok && pos >= 1 && pos <= len(c.idx) {
+			// Refused before any write: a permit whose live holders came
+			// with another limit while this waiter waited.
+			i := c.idx[pos-1]
+			errs = append(errs, &protocol.LimitError{Resource: set.Keys[i].Name, Held: limit, Asked: set.Kinds[i].Limit})
+			continue
 		}
 		if err != nil {
 			ne, refused := e.classify(reserveScript, c, err)

@@ -137,9 +137,10 @@ var (
 	releaseScript = newScript("release", releaseBody, true)
 	extendScript  = newScript("extend", extendBody, true)
 	guardScript   = newScript("guard", guardBody, false)
-	// reserveScript is a waiter's reserve and leave (reserve.lua). Its
-	// leave gives keys back, so it may run over maxmemory, as release.
-	reserveScript = newScript("reserve", reserveBody, true)
+	// reserveScript is a waiter's reserve and leave (reserve.lua), with
+	// shared.lua's helpers for permits. Its leave gives keys back, so it
+	// may run over maxmemory, as release.
+	reserveScript = newScript("reserve", sharedLua+reserveBody, true)
 	// release1Script is the one-key release: one form, the key declared,
 	// common.lua's helpers (for holder_of) but not the hold sets'. It
 	// declares allow-cross-slot-keys only for its hand-off's SPUBLISH to
@@ -160,7 +161,7 @@ var (
 	leaveScript = rueidis.NewLuaScript(leaveText)
 	leaveText   = shebangSlotOOM + commonLua + leaveBody
 	// The request form's shared keys and permits: shared.lua's helpers
-	// travel after common.lua's, in these three only.
+	// travel after common.lua's, in these three and reserve.
 	sharedAcquireScript = newScript("acquire", sharedLua+sharedAcquireBody, false)
 	sharedReleaseScript = newScript("release", sharedLua+sharedReleaseBody, true)
 	sharedExtendScript  = newScript("extend", sharedLua+sharedExtendBody, true)

@@ -131,6 +131,14 @@ func (n Namer) PermitKeyInSlot(resource string, s uint16) string {
 	return n.prefix + "{" + Tag(s) + "}#p:" + resource
 }
 
+// PermitQueueKeysInSlot returns the two keys of the line of waiters for
+// permits of resource in slot s = KeySlot(resource): companion(k, 'q')
+// and companion(k, 'qd') of its hash k in batch/scripts/common.lua.
+func (n Namer) PermitQueueKeysInSlot(resource string, s uint16) (order, deadlines string) {
+	p := n.prefix + "{" + Tag(s) + "}"
+	return p + "#q#p:" + resource, p + "#qd#p:" + resource
+}
+
 // QueueKeysInSlot returns the two keys of userKey's queue of waiters, in
 // slot s = KeySlot(userKey): the arrival order and the deadlines
 // (queue_keys in batch/scripts/common.lua).

@@ -215,18 +215,19 @@ end
 
 -- writer_before reports whether lock key k's queue, which the caller read
 -- before its first write, holds a live entry older than ticket (by score)
--- other than a reader's by reservation: a writer (or a waiter in line,
--- whose kind its entry does not say), which a reader must not pass. Reads
--- only; pcall, as a read after this call's writes may meet a queue its
--- ZREMs deleted in a migrating slot (then nobody is before it).
-local function writer_before(k, ticket, now)
+-- other than a reader's by reservation (with any, any live entry): a
+-- writer (or a waiter in line, whose kind its entry does not say), which
+-- a reader must not pass. Reads only; pcall, as a read after this call's
+-- writes may meet a queue its ZREMs deleted in a migrating slot (then
+-- nobody is before it).
+local function writer_before(k, ticket, now, any)
   local q, qd = queue_keys(k)
   local older = redis.pcall('ZRANGE', q, '-inf', '(' .. ticket, 'BYSCORE')
   if older.err then
     return false
   end
   for _, m in ipairs(older) do
-    if string.byte(m, -1) ~= 126 then -- not READER
+    if any or string.byte(m, -1) ~= 126 then -- not READER
       local d = redis.pcall('ZSCORE', qd, m)
       if type(d) == 'string' and tonumber(d) > now then
         return true

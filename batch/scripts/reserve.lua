@@ -15,7 +15,8 @@
 -- ARGV[3] its inbox: the sharded channel its Locker listens on, in a slot
 --         of this node
 -- ARGV[4] mode and seq: 'r:<seq>' reserve (or wait in line for) every key,
---         's:<seq>' the same for keys the waiter wants shared, or
+--         's:<seq>' the same for keys the waiter wants shared, 'p:<seq>'
+--         for permits, 'P:<seq>' leave the lines of permits, or
 --         'l:<seq>' leave: give back every key reserved for or held by
 --         the waiter and leave every queue. seq numbers the acquisition's
 --         reserve and leave calls (1, 2, ...; one seq for the calls of one
@@ -25,7 +26,8 @@
 -- ARGV[5..] the lock keys when the call covers a whole node; a call for
 --         one slot passes ARGV[5] = "", ARGV[6] = n: the lock keys are
 --         KEYS[1..n], followed by their queue keys (declared for Redis's
---         migration rules).
+--         migration rules). Permits: the entries of request_entries
+--         (shared.lua), each permit hash with its units and limit.
 --
 -- The guard (both modes): a key whose value is the waiter's reservation
 -- with a seq above this call's was written by a later call of the waiter,
@@ -68,7 +70,7 @@
 --       call's; nothing was written for it
 local waiter, owner = string.match(ARGV[1], '^(%S+) ?(%S*)$')
 local ticket, inbox = ARGV[2], ARGV[3]
-local mode, seq = string.match(ARGV[4], '^([rls]):(%d+)$')
+local mode, seq = string.match(ARGV[4], '^([rlspP]):(%d+)$')
 seq = tonumber(seq)
 if not seq or seq < 1 or #ARGV[4] > 17 then
   return redis.error_reply('ERR slotlock reserve: mode ' .. ARGV[4])
@@ -77,7 +79,13 @@ local reader = mode == 's'
 if reader then
   mode = 'r'
 end
-local keys, first, last = lock_keys(5)
+local permits = mode == 'p' or mode == 'P'
+local keys, first, last, units, limits, _
+if permits then
+  keys, first, last, _, units, limits = request_entries(4, true)
+else
+  keys, first, last = lock_keys(5)
+end
 local sq = string.format('%d', seq)
 local me = waiter .. '/' .. sq .. ' ' .. inbox .. (reader and READER or '') -- the entry this call creates
 
@@ -109,16 +117,27 @@ end
 -- waiter leaves a key's line when the key becomes its own). A free key
 -- may have one (a reservation expired unused, a holder's lease expired,
 -- a script-free release deleted it).
-local vals, lined = {}, {}
+local now, t = now_ms()
+local vals, lined, held = {}, {}, {}
 for i = first, last do
-  local v = redis.call('GET', keys[i])
-  vals[i] = v or false
-  if mode == 'l' or not v or string.byte(v, -1) == 33 or
-      (reserved_for(v) ~= waiter and v ~= waiter and holder_of(v) ~= waiter) then
+  if permits then
+    -- A permit: its holders (a limit other than the live holders' is
+    -- refused before any write, as shared_acquire.lua does) and its line.
+    local r = read_holders(keys[i], waiter, now)
+    if mode == 'p' and r.limit and r.limit ~= limits[i] and r.first then
+      return redis.error_reply('SLOTLOCK_LIMIT ' .. (i - first + 1) .. ' ' .. string.format('%d', r.limit))
+    end
+    held[i] = r
     lined[i] = read_queue(keys[i])
+  else
+    local v = redis.call('GET', keys[i])
+    vals[i] = v or false
+    if mode == 'l' or not v or string.byte(v, -1) == 33 or
+        (reserved_for(v) ~= waiter and v ~= waiter and holder_of(v) ~= waiter) then
+      lined[i] = read_queue(keys[i])
+    end
   end
 end
-local now, t = now_ms()
 local out = {tonumber(t[1]), tonumber(t[2])}
 
 -- leave_mine takes the waiter's entries out of lock key k's queue (its
@@ -185,6 +204,31 @@ local function older_waits(k)
     return false
   end
   return older(score, (entry_parse(head)), ticket, waiter)
+end
+
+-- Permits (modes 'p' and 'P'). A permit has no reservation: a waiter
+-- stands in its line, first come first served by ticket, and the units
+-- count as its own (code 0) while no live waiter older than it stands
+-- there and they fit beside the live holders'; it keeps its entry, so
+-- that a newcomer's first attempt (shared_acquire.lua) sees it and
+-- queues behind. Its confirm checks both again. A leave wakes the line's
+-- head (wake_permit): the units it waited for may fit the next one.
+if permits then
+  for i = first, last do
+    local k, code = keys[i], 0
+    if mode == 'P' then
+      if lined[i] and leave_mine(k) then
+        wake_permit(k, now)
+      end
+    elseif not held[i].mine then
+      code = join(k, false, false)
+      if held[i].used + units[i] <= limits[i] and not older_waits(k) then
+        code = 0
+      end
+    end
+    out[#out + 1] = code
+  end
+  return out
 end
 
 for i = first, last do

@@ -42,15 +42,16 @@ local SHARED = '~'
 local LIMIT_FIELD = '#l'
 
 -- request_entries reads the entries of a call after nhead arguments, the
--- last of which is the call's kind: 's' (shared keys) or 'p' (permits).
+-- last of which is the call's kind: 's' (shared keys) or 'p' (permits),
+-- unless permits is set (reserve.lua, whose mode says it).
 -- Node form: per entry the lock key, and for permits its units and limit.
 -- Slot form: ARGV[nhead+1] = '', ARGV[nhead+2] = n, then for permits
 -- units and limit per entry; the lock keys are KEYS[1..n]. It returns
 -- keys, first, last (the entries are keys[first..last], as in
 -- acquire.lua: no table per entry on the common path), whether they are
 -- permits, and then their units and limits, indexed like keys.
-local function request_entries(nhead)
-  local permits = ARGV[nhead] == 'p'
+local function request_entries(nhead, permits)
+  permits = permits or ARGV[nhead] == 'p'
   local units, limits = {}, {}
   if ARGV[nhead + 1] == '' then
     local n = tonumber(ARGV[nhead + 2])
@@ -309,6 +310,31 @@ local function wake_readers(k, now)
         return
       end
       publish(inbox, 'h ' .. k .. ' ' .. string.sub(m, 1, string.find(m, ' ', 1, true) - 1))
+    end
+  end
+end
+
+-- wake_permit tells the oldest live waiter by reservation in permit hash
+-- k's line (read before the caller's first write) that units may fit it
+-- now: a hand-off naming its entry, which its evidence takes as the
+-- permit being its own; its confirm checks. Nothing is written but the
+-- entries of waiters nobody heard (SPUBLISH answers 0: their process is
+-- gone), which are dropped, at most DEAF_SCAN of them, as hand_off does.
+local function wake_permit(k, now)
+  local q, qd = queue_keys(k)
+  local head = redis.pcall('ZRANGE', q, 0, DEAF_SCAN)
+  if head.err then
+    return
+  end
+  for _, m in ipairs(head) do
+    local d = redis.pcall('ZSCORE', qd, m)
+    local _, _, inbox = entry_parse(m)
+    if inbox and type(d) == 'string' and tonumber(d) > now then
+      if publish(inbox, 'h ' .. k .. ' ' .. string.sub(m, 1, string.find(m, ' ', 1, true) - 1)) ~= 0 then
+        return
+      end
+      redis.pcall('ZREM', q, m)
+      redis.pcall('ZREM', qd, m)
     end
   end
 end

@@ -137,8 +137,20 @@ for i = first, last do
     if r.limit and r.limit ~= limits[i] and r.first then
       return redis.error_reply('SLOTLOCK_LIMIT ' .. (i - first + 1) .. ' ' .. string.format('%d', r.limit))
     end
-    if not r.mine and r.used + units[i] > limits[i] then
-      busy = r.first - now
+    -- First come first served: no taker passes a live waiter in the
+    -- permit's line (reserve.lua), older than it for a confirm, any for
+    -- a newcomer, which is reported as at a reserved key: a waiter by
+    -- reservation may wait for what the newcomer holds.
+    handed[i] = read_queue(k)
+    if ticket and handed[i] then
+      own[i], others[i] = own_entries(k, me, ticket)
+    end
+    if not r.mine then
+      if handed[i] and writer_before(k, ticket or '+inf', now, true) then
+        busy, yields[i] = (r.first or now + 1) - now, true
+      elseif r.used + units[i] > limits[i] then
+        busy = r.first - now
+      end
     end
     hold[i] = r
   end
@@ -173,6 +185,12 @@ for i = first, stop - 1 do
     redis.call('HSET', k, me, string.format('%d', r.mine or units[i]) .. ':' .. exp,
       LIMIT_FIELD, string.format('%d', limits[i]))
     later_expiry(k, ttl)
+    if ticket and handed[i] then
+      leave_own(k, own[i])
+      if others[i] then
+        wake_permit(k, now) -- the next may fit in what is left
+      end
+    end
   else
     local more, lined = false, false
     if handed[i] and ticket then

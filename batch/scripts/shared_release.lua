@@ -31,6 +31,8 @@ for i = first, last do
   end
   if st == 2 or (type(st) == 'table' and st.marked) then
     read_queue(k) -- before the first write
+  elseif st and permits then
+    st.lined = read_queue(k) -- waiters to wake
   end
   if type(st) == 'table' and not permits then
     st.last, st.later = shared_rest(st.s, now, me, st.exp, st.score) -- before the first write
@@ -53,6 +55,9 @@ for i = first, last do
     local rest, h = st.last, permits and k or st.s
     if not rest then -- no one else
       redis.call('DEL', h)
+      if permits and st.lined then
+        wake_permit(k, now)
+      end
       if st.marked then
         hand_off(k, now)
       elseif not permits then
@@ -64,6 +69,9 @@ for i = first, last do
         prune(k, st.dead)
       else
         shared_leave(h, me, st.later)
+      end
+      if permits and st.lined then
+        wake_permit(k, now) -- its units may fit the line's head now
       end
       if permits or rest < st.exp then
         -- Ours was the latest expiry: bring the keys down to the latest

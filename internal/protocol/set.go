@@ -42,6 +42,9 @@ func (s *Set) HoldKey(i int) string {
 // QueueKeys returns the queue keys of key i (queue_keys in
 // batch/scripts/common.lua).
 func (s *Set) QueueKeys(i int) (order, deadlines string) {
+	if s.KindOf(i) == Permit {
+		return s.names.PermitQueueKeysInSlot(s.Keys[i].Name, s.Keys[i].Slot)
+	}
 	return s.names.QueueKeysInSlot(s.Keys[i].Name, s.Keys[i].Slot)
 }
 
