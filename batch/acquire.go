@@ -45,13 +45,7 @@ func (e *Engine) Attempt(ctx context.Context, set *protocol.Set, from int, r *pr
 		mode = "c"
 	}
 	if opt.Mode == protocol.Prefix {
-		// A first attempt has waited nowhere yet; a later one may be in
-		// line for keys (join.lua) and must leave those queues as it
-		// takes the keys, or take a key handed to it.
-		mode = "w"
-		if !opt.First {
-			mode = "v"
-		}
+		mode = "w" // the keys before the first conflict
 	}
 	if r.Fencing {
 		mode += "f"
@@ -63,7 +57,7 @@ func (e *Engine) Attempt(ctx context.Context, set *protocol.Set, from int, r *pr
 	}
 	ttl := strconv.FormatInt(r.TTL.Milliseconds(), 10)
 	jobs := kindJobs(set, idx, job{s: acquireScript, head: []string{r.Who.Holder, r.Who.Lease, ttl, mode},
-		fence: r.Fencing, holds: r.Who.Lease != "", queue: mode[0] == 'v' || mode[0] == 'c'},
+		fence: r.Fencing, holds: r.Who.Lease != "", queue: mode[0] == 'c'},
 		sharedAcquireScript, []string{r.Who.Holder, r.Who.Lease, ttl, sharedMode}, 0, false)
 	var w *waitAfter
 	if r.MinReplicas > 0 {

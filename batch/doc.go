@@ -18,6 +18,6 @@
 // Files by concern: engine.go (the Engine and its per-node state), plan.go
 // (keys to calls), exec.go (calls to nodes), acquire.go and bare.go
 // (attempts), owner.go (release and extend), reply.go (the scripts'
-// replies), wake.go (waiting), guard.go (guarded writes), scripts.go and
+// replies), reserve.go (waiting), guard.go (guarded writes), scripts.go and
 // scripts/ (the Lua).
 package batch

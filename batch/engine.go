@@ -2,6 +2,7 @@ package batch
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,7 +32,6 @@ type Engine struct {
 	// noFlag: the server refused allow-cross-slot-keys; per-slot calls
 	// go without it (and their publishes cannot reach an inbox).
 	noFlag atomic.Bool
-	waker  *waker
 
 	// slotMode lists nodes that get one call per slot for a while: a
 	// node-wide call fails as a whole when any of its keys is in a slot
@@ -64,20 +64,14 @@ type Engine struct {
 	inbox *inbox   // messages to waiters by reservation (reserve.go)
 	clock srvClock // server time, for tickets
 
-	// The slot map generation last seen by Queues, and when it changed
-	// (mapChurning).
-	churnMu  sync.Mutex
-	churnGen uint64
-	churnAt  time.Time
-
-	closeOnce sync.Once // the waker is shared: give it back once
+	closeOnce sync.Once
 }
 
 var _ protocol.Strategy = (*Engine)(nil)
 
 // New returns an Engine for client, reading slot ownership from topo.
 func New(client rueidis.Client, topo *topology.Source, opt Options) *Engine {
-	e := &Engine{client: client, topo: topo, waker: sharedWaker(client), inbox: newInbox()}
+	e := &Engine{client: client, topo: topo, inbox: newInbox()}
 	e.perSlot.Store(opt.PerSlot)
 	return e
 }
@@ -87,10 +81,7 @@ func New(client rueidis.Client, topo *topology.Source, opt Options) *Engine {
 // after Close still work, on goroutines of their own.
 func (e *Engine) Close() {
 	e.workers.close()
-	e.closeOnce.Do(func() {
-		e.closeInbox()
-		e.waker.release()
-	})
+	e.closeOnce.Do(e.closeInbox)
 }
 
 // PerSlot reports whether the engine makes one call per slot (true) or one
@@ -101,35 +92,21 @@ func (e *Engine) PerSlot() bool { return e.perSlot.Load() }
 // holds the attempt's expiry (protocol.Strategy).
 func (e *Engine) RefreshesHeld() bool { return true }
 
-// Wait sleeps until the key i may have been released or handed to r.Who:
-// a release message that names who or nobody, the key found free,
-// unmarked or reserved for who, or a timer (protocol.Strategy).
-func (e *Engine) Wait(ctx context.Context, set *protocol.Set, i int, c protocol.Conflict, r *protocol.Request, attempt int, limit time.Duration) error {
-	if set.KindOf(i) == protocol.Permit {
-		// A permit has no line and no wake-up: the timer alone (the
-		// first other holder's expiry, or the jittered backoff,
-		// whichever is shorter). docs/safety.md names the gap.
-		return protocol.SleepCtx(ctx, fallback(c.TTL, attempt, limit))
+// Wait sleeps before the next attempt on key i (protocol.Strategy). It
+// serves only an acquisition that could not get a ticket (no server time:
+// a node unreachable) and waits keeping its prefix this once: every other
+// wait is by reservation (reserve.go). The holder's remaining TTL (plus a
+// little), capped by a jittered backoff and limit.
+func (e *Engine) Wait(ctx context.Context, _ *protocol.Set, _ int, c protocol.Conflict, _ *protocol.Request, attempt int, limit time.Duration) error {
+	d := min(protocol.WaitBackoff(attempt), limit)
+	if c.TTL >= 0 {
+		d = min(d, c.TTL+time.Millisecond+rand.N(time.Millisecond))
 	}
-	q, qd := set.QueueKeys(i)
-	at := line{lock: set.Lock[i], queue: q, deadlines: qd, waiter: waiterOf(r.Who), holder: r.Who.Holder, cleanup: r.CleanupTimeout,
-		onReserved: c.Reserved}
-	return e.waker.wait(ctx, at, c.TTL, attempt, limit)
+	return protocol.SleepCtx(ctx, d)
 }
 
-// Leave takes r.Who out of key i's line and gives the key back if a
-// release handed it over meanwhile (leave.lua, protocol.Strategy). A
-// permit has no line.
-func (e *Engine) Leave(ctx context.Context, set *protocol.Set, i int, r *protocol.Request) {
-	if set.KindOf(i) == protocol.Permit {
-		return
-	}
-	q, qd := set.QueueKeys(i)
-	e.waker.leave(ctx, line{lock: set.Lock[i], queue: q, deadlines: qd, waiter: waiterOf(r.Who), cleanup: r.CleanupTimeout})
-}
-
-// waiterOf is the name under which an acquisition waits in line and is
-// handed keys: its lease token (waiter in acquire.lua).
+// waiterOf is the name under which an acquisition waits and is handed
+// keys: its lease token (waiter in acquire.lua and reserve.lua).
 func waiterOf(who protocol.Who) string {
 	if who.Lease != "" {
 		return who.Lease
@@ -160,4 +137,20 @@ func (e *Engine) inSlotMode(node string) bool {
 		return false
 	}
 	return ok
+}
+
+// closeTimeout bounds Close: an unsubscribe waits for its Receive to end,
+// and rueidis may sit on a redial of a paused node for seconds.
+const closeTimeout = 10 * time.Second
+
+// waitBounded waits for wg, at most closeTimeout.
+func waitBounded(wg *sync.WaitGroup) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(closeTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }

@@ -33,47 +33,6 @@ import (
 
 var _ protocol.Queuer = (*Engine)(nil)
 
-// Queues is true for every lease (exclusive and shared keys, permits,
-// plain or reentrant) while the slot map is quiet, unless the
-// server refused allow-cross-slot-keys (protocol.Queuer). A reentrant
-// waiter is named by its lease token (waiterOf), so that leases of one
-// owner wait apart; a key its owner holds through another lease is its
-// own to confirm, and reserve.lua leaves it untouched. A request's shared
-// keys go in calls of mode 's' (a reader's reservation: reserve.lua).
-// Per-slot calls (Options.PerSlot) wait by reservation too: they carry
-// the flag, so their scripts publish to an inbox in another slot of the
-// node. Without the flag they could not, and a waiter would only learn
-// of a hand-off at its refresh: those waits keep the line, woken on the
-// key's channel. While slots move, waits keep a prefix: node-wide calls
-// fail whenever one of their slots is migrating, and a waiter by
-// reservation sends one to every node at each refresh and confirm, so
-// under a storm of moves it crawled (TestReshardingUnderLoad: about a
-// quarter of the grants of prefix waiters); a prefix waiter gives its
-// prefix back before a reserved key, so the two kinds of waiter mix
-// without deadlock. Permits wait in their line by reservation's rules
-// (reserve.lua mode 'p'), first come first served.
-func (e *Engine) Queues(set *protocol.Set, r *protocol.Request) bool {
-	return !e.noFlag.Load() && !e.mapChurning()
-}
-
-// churnQuiet is how long the slot map must stay unchanged before waits go
-// back to reservations: the spell of slotModeSpell.
-const churnQuiet = slotModeSpell
-
-// mapChurning reports whether the slot map changed within churnQuiet.
-func (e *Engine) mapChurning() bool {
-	gen := e.topo.Generation()
-	e.churnMu.Lock()
-	defer e.churnMu.Unlock()
-	if gen != e.churnGen {
-		if e.churnGen != 0 || !e.churnAt.IsZero() {
-			e.churnAt = time.Now()
-		}
-		e.churnGen = gen
-	}
-	return !e.churnAt.IsZero() && time.Since(e.churnAt) < churnQuiet
-}
-
 // Contended is true while bareSkip counts down after a first attempt met a
 // held key (protocol.Queuer): each call counts one down, as each first
 // attempt that skips takeBare does.

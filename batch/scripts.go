@@ -29,10 +29,6 @@ var (
 	extendBody string
 	//go:embed scripts/guard.lua
 	guardBody string
-	//go:embed scripts/join.lua
-	joinBody string
-	//go:embed scripts/leave.lua
-	leaveBody string
 	//go:embed scripts/shared.lua
 	sharedLua string
 	//go:embed scripts/shared_acquire.lua
@@ -149,17 +145,6 @@ var (
 	// that refuses the flag fails it before it runs, and the general
 	// release runs instead (releaseOne).
 	release1Script = rueidis.NewLuaScript(shebangNodeOOM + commonLua + release1Body)
-	// joinScript puts a waiter in line for one key (join.lua): one slot,
-	// its three keys declared, sent through the cluster client.
-	joinScript = rueidis.NewLuaScript(shebangSlot + commonLua + joinBody)
-	// leaveScript takes a waiter that gave up out of that line and gives
-	// back a key handed to it meanwhile (leave.lua): one slot, its three
-	// keys declared. allow-oom, as a release: it only deletes and hands
-	// on. A hand-off to a waiter by reservation publishes to an inbox of
-	// another slot, which this form cannot: that message is lost, and the
-	// waiter sees the key at its next refresh.
-	leaveScript = rueidis.NewLuaScript(leaveText)
-	leaveText   = shebangSlotOOM + commonLua + leaveBody
 	// The request form's shared keys and permits: shared.lua's helpers
 	// travel after common.lua's, in these three and reserve.
 	sharedAcquireScript = newScript("acquire", sharedLua+sharedAcquireBody, false)

@@ -39,14 +39,10 @@ func (e *Engine) Wait(ctx context.Context, _ *protocol.Set, _ int, c protocol.Co
 	return protocol.SleepCtx(ctx, min(waitFor(c.TTL, attempt), limit))
 }
 
-// Leave does nothing: a script-free waiter stands in no line
-// (protocol.Strategy).
-func (e *Engine) Leave(context.Context, *protocol.Set, int, *protocol.Request) {}
-
 // Release deletes, owner-checked, the lock keys idx (ascending set indexes;
 // nil means all) that who still holds: a key whose value is who's token,
-// with or without a waiter's mark; a marked key's release publishes the
-// wake-up the Lua waiter listens for (protocol.Strategy).
+// with or without a waiter's mark (a marked key's release publishes on the
+// key's channel: wake in owner.go) (protocol.Strategy).
 func (e *Engine) Release(ctx context.Context, set *protocol.Set, idx []int, who protocol.Who) protocol.OwnerResult {
 	if idx == nil {
 		idx = set.All(0)

@@ -218,9 +218,11 @@ func (e *Engine) conditional(ctx context.Context, c *checked, f condForm, todo [
 }
 
 // wake publishes the release of each of keys (lock keys that carried a Lua
-// waiter's mark) on the sharded channel named like the key, which the
-// waiter listens to (package batch). It is best effort: a user without
-// pub/sub rights, or a lost message, costs a waiter no more than its timer.
+// waiter's mark) on the sharded channel named like the key, for waiters
+// of older versions that wait in the key's line; a Lua waiter by
+// reservation sees the key free at its next refresh (package batch). It
+// is best effort: a user without pub/sub rights, or a lost message, costs
+// a waiter no more than its timer.
 func (e *Engine) wake(ctx context.Context, keys []string) {
 	if len(keys) == 0 {
 		return

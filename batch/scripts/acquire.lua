@@ -9,10 +9,8 @@
 -- ARGV[3] ttl in milliseconds (server-side expiry; no client clock here)
 -- ARGV[4] mode: 'a' all or nothing, reporting up to 64 conflicts, or 'w'
 --         take the keys before the first conflict (a waiter's canonical
---         prefix) and mark the conflicting key as waited on, or 'v' as 'w'
---         for an acquisition that may have waited in line (join.lua): no
---         fast path, and each key it takes it also leaves the queue of,
---         or 'c' (confirm) as 'a' for an acquisition that waited by
+--         prefix) and mark the conflicting key as waited on, or 'c'
+--         (confirm) as 'a' for an acquisition that waited by
 --         reservation (reserve.lua): no fast path, keys reserved for it
 --         count as free and keep their mark, and of a free key (a lapsed
 --         reservation) it reads the queue, leaves the waiter's own
@@ -44,8 +42,8 @@
 local holder, lease, ttl, mode = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local keys, first, last = lock_keys(5)
 local m1 = string.sub(mode, 1, 1)
-local wait = m1 == 'w' or m1 == 'v'
-local queued = m1 == 'v' or m1 == 'c'
+local wait = m1 == 'w'
+local queued = m1 == 'c'
 local fencing = string.find(mode, 'f', 1, true) ~= nil
 local ticket = m1 == 'c' and string.match(mode, ':(%d+)$') or nil
 
@@ -93,29 +91,23 @@ for i = first, last do
   if ours then
     v = nil
   end
-  if m1 == 'c' and ours then
+  if ours then
     -- A waiter by reservation has no entry in the queue of a key reserved
     -- for it: the hand-off that made the key its own popped the entry,
     -- and reserve.lua left the queue when it reserved the key itself.
     -- Whether others wait is the value's mark (I-mark: every join marks
     -- it), so the grant keeps the mark and reads no queue.
     keep[i] = marked
-  elseif (queued and not v) or marked then
+  elseif m1 == 'c' and not v then
     -- A free key may still list waiters in its queue: it was freed by
     -- expiry (a reservation that lapsed unused) or by a script-free
-    -- release; a key handed to a waiter in line ('v') and marked has
-    -- others in line. Read the queue now, leave it when writing, and mark
-    -- the grant when others remain. (A key reserved for us and unmarked
-    -- has no queue: I-mark.) In mode 'c' the waiter's entries are
-    -- 'token/seq inbox', not the bare token leave_queue removes: an entry of
-    -- its own left in the line (its reserve joined again before a late
-    -- hand-off message made it confirm) would mark the grant, and the
-    -- grant's release would hand the key to that entry, an acquisition
-    -- that is over: a reservation's life (500 ms) lost per hand-off until
-    -- the entry's deadline (3 s). So mode 'c' finds its entries by its
-    -- ticket and leaves them all.
+    -- release. Read the queue now, leave the waiter's own entries when
+    -- writing (found by its ticket: one left behind, its reserve having
+    -- joined again before a late hand-off message made it confirm, would
+    -- be handed the key at the grant's release, an acquisition that is
+    -- over), and mark the grant when others remain.
     handed[i] = read_queue(keys[i])
-    if handed[i] and m1 == 'c' then
+    if handed[i] then
       own[i], others[i] = own_entries(keys[i], waiter, ticket)
     end
   end
@@ -174,11 +166,9 @@ for i = first, stop - 1 do
       val = holder .. '.' .. string.format('%d', f) -- tostring would print large tokens in exponent form
     end
     local mark = keep[i]
-    if handed[i] and m1 == 'c' then
+    if handed[i] then
       leave_own(k, own[i])
       mark = others[i]
-    elseif handed[i] then
-      mark = leave_queue(k, waiter)
     end
     if mark then
       val = val .. '!' -- others still wait: its release hands it on

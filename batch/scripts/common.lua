@@ -3,7 +3,7 @@
 --
 -- A lock key holds a string, held, reserved or shared:
 --   held      holder ['.' fence] ['!']
---   reserved  '^' waiter ['!']                        (handed to a waiter in line)
+--   reserved  '^' waiter ['!']                        (an older version's hand-off)
 --             '^' ticket ':' waiter ['/' seq] ':' inbox ['!']
 --                                                     (a waiter by reservation)
 --   shared    '~' [holder] ['!']                      (SHARED in shared.lua, the request form's)
@@ -70,28 +70,23 @@ local function publish(ch, msg)
   return redis.pcall('SPUBLISH', ch, msg)
 end
 
--- Waiting across processes (docs/design.md, "Waiting in line across
--- processes" and "Waiting by reservation across processes"). A waiter
--- that meets a held key joins the key's queue, two sorted sets in the
--- key's slot: P{T}#q:K orders waiters
--- (score: microseconds of server time; a waiter in line (join.lua) scores
--- the time it first joined and is named by its token, a waiter by
--- reservation (reserve.lua) scores its ticket and is named by its token,
--- '/', the seq of the call that created the entry, a space and its inbox), P{T}#qd:K gives each its deadline (ms, server
--- time), which every later join of the same waiter pushes on. A release of
--- a marked key hands it to the oldest live waiter instead of deleting it:
+-- Waiting across processes (docs/design.md, "Waiting by reservation
+-- across processes"). A waiter that meets a held key joins the key's
+-- queue, two sorted sets in the key's slot: P{T}#q:K orders waiters by
+-- ticket (microseconds of server time), each named by its token, '/', the
+-- seq of the call that created the entry, a space, its inbox and, for a
+-- reader, READER; P{T}#qd:K gives each its deadline (ms, server time),
+-- which every later join of the same waiter pushes on. A release of a
+-- marked key hands it to the oldest live waiter instead of deleting it:
 -- the key becomes that waiter's reservation for RESERVE_MS, which only
 -- that waiter takes (a bare SET NX, TryLock and every other waiter see a
--- held key), and one message naming the waiter wakes it (on the key's
--- channel, or on the waiter's inbox).
+-- held key), and one message on its inbox wakes it.
 -- RESERVE_MS bounds what a waiter that never comes (killed, cancelled)
--- costs a key: a waiter in line never renews a reservation; a waiter by
--- reservation renews its own every third of it while it waits
--- (protocol.ReserveRefresh), so a dead one's lapse within RESERVE_MS.
--- ENTRY_MS bounds how long a waiter that stopped joining stays in line: a
--- live waiter joins again at least every 400 ms (inLineTick in
--- batch/wake.go, protocol.QueuedRefresh). The Go side names both in
--- internal/lockval.
+-- costs a key: a waiter renews its reservations every third of it while
+-- it waits (protocol.ReserveRefresh), so a dead one's lapse within
+-- RESERVE_MS. ENTRY_MS bounds how long a waiter that stopped joining
+-- stays in line: a live one joins again at least every 400 ms
+-- (protocol.QueuedRefresh). The Go side names both in internal/lockval.
 local RESERVE_MS = 500
 local ENTRY_MS = 3000
 
@@ -301,28 +296,6 @@ local function enqueue_at(k, v, member, score, now)
   end
 end
 
--- enqueue puts a waiter in line (join.lua) in lock key k's queue, scored
--- by the time it first joined, and marks k's value v (enqueue_at).
-local function enqueue(k, v, waiter)
-  local now, t = now_ms()
-  enqueue_at(k, v, waiter, t[1] .. string.format('%06d', tonumber(t[2])), now)
-end
-
--- leave_queue takes waiter out of lock key k's queue and returns whether
--- others remain, and whether waiter stood in it. The caller has read the
--- queue keys before its first write.
--- It counts before it removes: a ZREM of the last entry deletes the queue,
--- and in a slot MIGRATING away Redis refuses any later command on the then
--- missing key ("non local key"), failing the call after its writes
--- (TestMigratingSlotLastReader).
-local function leave_queue(k, waiter)
-  local q, qd = queue_keys(k)
-  local n = redis.call('ZCARD', q)
-  local was = redis.call('ZREM', q, waiter)
-  redis.call('ZREM', qd, waiter)
-  return n - was > 0, was == 1
-end
-
 -- drop_dead removes the entries of lock key k's queue whose deadline
 -- passed (server time now) and returns the first live entry and its score
 -- (nil when none is left). It reads the order's head before its ZREMs, as
@@ -364,8 +337,8 @@ end
 -- token/seq: the seq is the call that created the entry, carried unchanged
 -- (whatever precedes the space is copied), so that the waiter can tell
 -- this hand-off from one of an older entry of its own (rule F,
--- internal/protocol/evidence.go); a waiter in line (its entry
--- is its token) on the key's channel.
+-- internal/protocol/evidence.go). An entry without an inbox (an older
+-- version's waiter in line) is passed over.
 -- now is the server's time in ms (now_ms), read once by a caller that
 -- hands off several keys; nil reads it here.
 --
@@ -422,17 +395,14 @@ local function hand_off(k, now)
     redis.call('ZREM', q, head) -- a live entry: q has it
     redis.pcall('ZREM', qd, head) -- a head without a deadline may find qd gone
     local sp = string.find(head, ' ', 1, true)
-    if not sp then
-      redis.call('SET', k, '^' .. head .. mark, 'PX', RESERVE_MS)
-      publish(k, 'h ' .. head) -- lockval.HandOff
-      return
-    end
-    local waiter = string.sub(head, 1, sp - 1)
-    local _, _, inbox = entry_parse(head)
-    redis.call('SET', k, '^' .. string.format('%d', tonumber(score)) .. ':' .. waiter .. ':' .. inbox .. mark,
-      'PX', RESERVE_MS)
-    if publish(inbox, 'h ' .. k .. ' ' .. waiter) ~= 0 or c > DEAF_SCAN then -- lockval.HandOff
-      return
+    if sp then -- (an entry without an inbox, an older version's, is passed over)
+      local waiter = string.sub(head, 1, sp - 1)
+      local _, _, inbox = entry_parse(head)
+      redis.call('SET', k, '^' .. string.format('%d', tonumber(score)) .. ':' .. waiter .. ':' .. inbox .. mark,
+        'PX', RESERVE_MS)
+      if publish(inbox, 'h ' .. k .. ' ' .. waiter) ~= 0 or c > DEAF_SCAN then -- lockval.HandOff
+        return
+      end
     end
   end
   -- Nobody (left) in line: the order was read to its end.
@@ -440,7 +410,6 @@ local function hand_off(k, now)
   -- Deadlines of waiters no longer in the order, if any are left (the
   -- ZREMs above may have deleted the key: pcall, for a migrating slot).
   redis.pcall('DEL', qd)
-  publish(k, 'r')
 end
 
 -- take_free is the acquire scripts' fast path: it takes keys[first..last]

@@ -6,9 +6,8 @@
 -- right node and get a true account of what was still held.
 -- A reentrant lease leaves the key's hold set; the key goes when the set is
 -- empty. A key a waiter marked ('!') is handed to the oldest waiter in its
--- queue (hand_off, common.lua), which a message on the sharded channel
--- named like the key wakes at once; with nobody in line it is deleted and
--- the message wakes every waiter.
+-- queue (hand_off, common.lua), which a message on its inbox wakes at
+-- once; with nobody in line it is deleted.
 --
 -- ARGV[1] holder, ARGV[2] lease token of a reentrant lease or ""
 -- ARGV[3..] the lock keys when the call covers a whole node; a call for one

@@ -243,32 +243,21 @@ local function my_shared_hold(k, me, now)
 end
 
 -- line_ahead reports whether a live waiter other than a reader by
--- reservation stands before me in lock key k's line (all of the line's
--- live waiters when me is not in it), and
+-- reservation (readers pass readers) stands in lock key k's line, and
 -- whether one of those is a waiter by reservation (its entry is 'token
 -- inbox'): that one holds no key and may wait for keys the caller holds,
 -- so the caller must not wait behind it keeping any (shared_acquire.lua
--- reports such a key as reserved). Reads only.
-local function line_ahead(k, me, now)
-  local q, qd = queue_keys(k)
-  local live = redis.call('ZRANGE', qd, '(' .. string.format('%d', now), '+inf', 'BYSCORE')
-  local mine = redis.call('ZSCORE', q, me)
-  local ahead, by_reservation = false, false
-  for _, w in ipairs(live) do
-    -- A reader by reservation (its entry ends with READER) is not a
-    -- writer to prefer: readers pass each other.
-    if w ~= me and string.byte(w, -1) ~= 126 then
-      local before = not mine
-      if not before then
-        local s = redis.call('ZSCORE', q, w)
-        before = s and tonumber(s) < tonumber(mine)
+-- reports such a key as reserved). For a newcomer's first attempt. Reads
+-- only.
+local function line_ahead(k, now)
+  local _, qd = queue_keys(k)
+  local ahead = false
+  for _, w in ipairs(redis.call('ZRANGE', qd, '(' .. string.format('%d', now), '+inf', 'BYSCORE')) do
+    if string.byte(w, -1) ~= 126 then -- not READER
+      if string.find(w, ' ', 1, true) then
+        return true, true
       end
-      if before then
-        ahead = true
-        if string.find(w, ' ', 1, true) then
-          return true, true
-        end
-      end
+      ahead = true
     end
   end
   return ahead, false
@@ -291,8 +280,7 @@ local WAKE_MAX = 64
 -- Each is sent a hand-off naming its entry ('h <key> <token/seq>', as
 -- hand_off's), which its evidence takes as the key being its own: its
 -- confirm checks that no writer is before it (writer_before). Nothing is
--- written: the key stays shared. A waiter in line at the head is woken on
--- the key's channel.
+-- written: the key stays shared.
 local function wake_readers(k, now)
   local q, qd = queue_keys(k)
   local head = redis.pcall('ZRANGE', q, 0, WAKE_MAX - 1)
@@ -304,9 +292,6 @@ local function wake_readers(k, now)
     if type(d) == 'string' and tonumber(d) > now then
       local _, _, inbox, reader = entry_parse(m)
       if not reader then
-        if not inbox then
-          publish(k, 'r')
-        end
         return
       end
       publish(inbox, 'h ' .. k .. ' ' .. string.sub(m, 1, string.find(m, ' ', 1, true) - 1))

@@ -9,7 +9,7 @@
 --
 -- ARGV[1] holder (owner token of a reentrant lease, else the lease
 --         token), ARGV[2] lease token of a reentrant lease or ""
--- ARGV[3] ttl in milliseconds, ARGV[4] mode: 'a', 'w', 'v' or 'c:<ticket>'
+-- ARGV[3] ttl in milliseconds, ARGV[4] mode: 'a', 'w' or 'c:<ticket>'
 --         as in acquire.lua (shared grants and permits get no fencing
 --         token). The confirm ('c') of a reader by reservation takes a
 --         shared key that is free, reserved for it, or held shared with no
@@ -34,8 +34,8 @@
 local holder, lease, ttl, mode = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local keys, first, last, permits, units, limits = request_entries(5)
 local m1 = string.sub(mode, 1, 1)
-local wait = m1 == 'w' or m1 == 'v'
-local queued = m1 == 'v' or m1 == 'c'
+local wait = m1 == 'w'
+local queued = m1 == 'c'
 local ticket = m1 == 'c' and string.match(mode, ':(%d+)$') or nil
 local me = lease ~= '' and lease or holder
 
@@ -107,7 +107,7 @@ for i = first, last do
       if ticket then
         ahead = handed[i] and writer_before(k, ticket, now)
       else
-        ahead, behind_reservation = line_ahead(k, me, now)
+        ahead, behind_reservation = line_ahead(k, now)
       end
     end
     if v and not is_shared(v) then
@@ -197,7 +197,7 @@ for i = first, stop - 1 do
       leave_own(k, own[i])
       more, lined = others[i], #own[i] > 0
     elseif handed[i] then
-      more, lined = leave_queue(k, me)
+      more = true -- reserved for us outside a confirm: keep the mark
     end
     if not v then
       redis.call('SET', k, SHARED .. me .. (more and '!' or ''), 'PX', ttl)
@@ -218,25 +218,18 @@ for i = first, stop - 1 do
       redis.call('ZADD', s, exp, me)
       shared_cover(k, s, now + ttl, r.sexp)
     end
-    if more and (lined or ours[i]) then
+    if ticket and more and (lined or ours[i]) then
       -- Readers behind us in the line may join us now (those behind a
-      -- waiting writer find it before them and wait on): wake the line.
-      -- Only a reader that stood in it (or was handed the key, which
-      -- popped its entry) had readers behind it. Another reader's take
-      -- (a holder's, renewing its hold at each attempt while it waits
-      -- for a later key) changes nothing for the line: waking it would
-      -- send every waiter to an attempt that fails.
-      if ticket then
-        wake_readers(k, now)
-      else
-        publish(k, 'r')
-      end
+      -- waiting writer find it before them and wait on). Only a reader
+      -- that stood in it (or was handed the key, which popped its entry)
+      -- had readers behind it: another reader's take changes nothing
+      -- for the line.
+      wake_readers(k, now)
     end
   end
 end
 if stop <= last and not permits then
-  -- Mark the key for its release to wake us, as acquire.lua does; the
-  -- waiter then joins its line (join.lua).
+  -- Mark the key, as acquire.lua does: its release hands it on.
   local k = keys[stop]
   local v = redis.call('GET', k)
   if v and string.byte(v, -1) ~= 33 then -- '!'

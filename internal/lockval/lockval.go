@@ -7,7 +7,7 @@
 // A lock key holds a string, held, reserved or shared:
 //
 //		holder ['.' fence] ['!']                  held
-//		'^' waiter ['!']                          reserved (handed to a waiter in line)
+//		'^' waiter ['!']                          reserved (an older version's hand-off)
 //		'^' ticket ':' waiter ['/' seq] ':' inbox ['!']
 //		                                          reserved (a waiter by reservation)
 //		'~' [holder] ['!']                        held shared (Locker.Acquire)
@@ -158,10 +158,8 @@ func parseSeq(s string) (int64, bool) {
 // Mark is the waiter's mark, the last byte of a marked value.
 const Mark = "!"
 
-// HandOff starts the message a release publishes on a key's channel when
-// it hands the key to a waiter: HandOff + the waiter's lease token
-// (hand_off in common.lua). A plain release publishes "r". To a waiter by
-// reservation it goes on the waiter's inbox instead: HandOff + lock key +
+// HandOff starts the message a release publishes on the waiter's inbox
+// when it hands the key to it (hand_off in common.lua): HandOff + lock key +
 // ' ' + waiter ['/' seq], seq naming the call that created the popped
 // queue entry (ParseHandOff).
 const HandOff = "h "

@@ -32,12 +32,6 @@ type Strategy interface {
 	// first (then anything the wait left in Redis is cleaned up within
 	// r.CleanupTimeout). attempt counts the waits for the same key.
 	Wait(ctx context.Context, set *Set, i int, c Conflict, r *Request, attempt int, limit time.Duration) error
-	// Leave gives up what the acquisition's waits left at key i, which it
-	// waits for no more and did not take: its place in the key's line,
-	// and the key if a release handed it over meanwhile. Called when the
-	// acquisition moves on to wait for another key (an earlier one) or
-	// gives up; bounded by r.CleanupTimeout.
-	Leave(ctx context.Context, set *Set, i int, r *Request)
 	// RefreshesHeld reports whether an attempt that finds a key the lease
 	// holds gives it the attempt's expiry (the Lua scripts do; SET NX
 	// cannot). If it does, every attempt sends every key, and the keys
@@ -275,14 +269,6 @@ func (q *acquisition) giveUp(ctx context.Context, cause error) (Grant, error) {
 	return Grant{}, errors.Join(cause, q.rollback(ctx))
 }
 
-// leaveLine gives up the acquisition's place at key i (Strategy.Leave),
-// for a key it last waited for (i >= 0) and no longer waits for.
-func (q *acquisition) leaveLine(ctx context.Context, i int) {
-	if i >= 0 {
-		q.s.Leave(ctx, q.set, i, q.r)
-	}
-}
-
 // TryLock makes one attempt to take every key of set, all or nothing: on
 // any failure it releases, owner-checked, whatever the attempt took. A
 // moved slot or a lost reply is retried (with the refreshed slot map, up to
@@ -332,19 +318,11 @@ func Lock(ctx context.Context, s Strategy, set *Set, r *Request) (Grant, error) 
 	n := set.Len()
 	q := newAcquisition(s, set, r)
 	held := 0 // keys [0, held) are the lease's, as far as the last attempt knows
-	// lastWait is the key the acquisition last waited for (-1: none). It
-	// stood in that key's line, and a release may have handed it the key;
-	// an attempt that takes the key leaves the line, but one that stops
-	// at an earlier key does not, and the place (or the key handed to it)
-	// would stay for a waiter that is not coming until it lapses
-	// (lockval.EntryTTL, lockval.ReserveTTL): so it is given up as soon
-	// as the acquisition waits for another key, or gives up.
+	// lastWait is the key the acquisition last waited for (-1: none):
+	// waits counts the waits for it (the backoff's attempt).
 	waits, lastWait := 0, -1
-	giveUp := func(cause error) (Grant, error) {
-		q.leaveLine(ctx, lastWait)
-		return q.giveUp(ctx, cause)
-	}
-	if qs, ok := s.(Queuer); ok && qs.Queues(set, r) && qs.Contended() {
+	giveUp := func(cause error) (Grant, error) { return q.giveUp(ctx, cause) }
+	if qs, ok := s.(Queuer); ok && qs.Contended() {
 		if ticket, err := qs.Ticket(ctx); err == nil {
 			return lockByReservation(ctx, qs, q, ticket)
 		}
@@ -387,7 +365,7 @@ func Lock(ctx context.Context, s Strategy, set *Set, r *Request) (Grant, error) 
 			return giveUp(errors.Join(context.Cause(ctx), failure))
 		}
 		if first {
-			if qs, ok := s.(Queuer); ok && qs.Queues(set, r) {
+			if qs, ok := s.(Queuer); ok {
 				if ticket, err := qs.Ticket(ctx); err == nil {
 					return lockByReservation(ctx, qs, q, ticket)
 				}
@@ -406,17 +384,10 @@ func Lock(ctx context.Context, s Strategy, set *Set, r *Request) (Grant, error) 
 		if conflict && c.Reserved {
 			above, held = q.touchedAbove(-1), 0
 		}
-		// A wait for another key than the last: the last key's line is
-		// given up unless this attempt took the key (which left it).
-		stale := -1
-		if conflict && c.Index != lastWait && lastWait >= f {
-			stale = lastWait
-		}
 		trimmed := make(chan struct{})
 		var trimErr error
 		go func() {
 			defer close(trimmed)
-			q.leaveLine(ctx, stale)
 			trimErr = q.release(ctx, above) // what it cannot release stays touched
 		}()
 

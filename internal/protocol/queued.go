@@ -14,11 +14,6 @@ import (
 // takes keys free, reserved for it or its own.
 type Queuer interface {
 	Strategy
-	// Queues reports whether acquisitions of r for set may wait by
-	// reservation. A set that does not keeps the prefix protocol, whose
-	// give-back before a reserved key (Conflict.Reserved) makes the two
-	// kinds of waiter mix.
-	Queues(set *Set, r *Request) bool
 	// Contended reports whether a Lock should skip its first attempt and
 	// reserve at once: where batches collide in Redis, a first attempt
 	// that fails costs a round trip and holds keys others wait for until
