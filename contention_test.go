@@ -341,15 +341,13 @@ func TestWaitingDoesNotPoll(t *testing.T) {
 	require.NoError(t, h.Release(ctx))
 	require.NoError(t, <-got)
 	t.Logf("script calls on %s during a 1.5 s wait: %d", node.Addr(), during)
-	// A poll every millisecond would be ~1,500. Per MaxWait (1 s) the
-	// waiter sends an attempt and a join of the key's line, then one join
-	// per tick of its backoff (50-100 ms doubling, capped at 400 ms so
+	// A poll every millisecond would be ~1,500. A waiter by reservation
+	// with nothing reserved refreshes every QueuedRefresh (400 ms), so
 	// that a waiter whose hand-off message was lost still comes for its
-	// reservation before it expires): 10-12 scripts in 1.5 s, where the
-	// old waker (no line, no ticks) sent 5-6 and as many GETs. The release
-	// wakes the waiter through pub/sub. 5-12 measured; bounded at 150
-	// (more than 10x; a poll every 10 ms would pass, one every
-	// millisecond, 1,500, fails).
+	// reservation before it expires: a handful of scripts in 1.5 s. The
+	// release wakes the waiter through its inbox. Bounded at 150 (more
+	// than 10x; a poll every 10 ms would pass, one every millisecond,
+	// 1,500, fails).
 	require.LessOrEqual(t, during, int64(150))
 }
 

@@ -118,8 +118,8 @@ end
 -- read_queue reads lock key k's queue keys before a script's first write
 -- (a key of a slot in migration then fails the call with nothing
 -- written) and reports whether either exists. It reads the names
--- queue_keys gives, the ones enqueue, leave_queue and hand_off write: what
--- is checked is what is written. (Calls for one slot also declare them in
+-- queue_keys gives, the ones enqueue_at and hand_off write: what is
+-- checked is what is written. (Calls for one slot also declare them in
 -- KEYS, named by Go's slot.Namer.QueueKeysInSlot, for Redis's migration
 -- rules.)
 local function read_queue(k)
@@ -358,7 +358,9 @@ end
 -- messages are lost. At most DEAF_SCAN waiters are passed over per call;
 -- the one after them keeps the key, heard or not.
 --
--- It reads the line before it writes it, for leave_queue's reason: of the
+-- It reads the line before it writes it (a ZREM of its last entry deletes
+-- the order, and in a slot MIGRATING away Redis refuses any later command
+-- on the then missing key, after the writes before it): of the
 -- first #dead + DEAF_SCAN + 2 entries of the order at most #dead are dead,
 -- so they hold every waiter it may hand the key to and, when others still
 -- wait, the one after them. The dead go in one ZREM per key (per

@@ -48,7 +48,7 @@ for i = first, last do
       -- Count before removing: an HDEL of the last field deletes the
       -- hold set, and in a slot MIGRATING away Redis refuses a later
       -- command on the then missing key after this call's writes
-      -- (leave_queue in common.lua; TestMigratingSlotLastOwnerLease).
+      -- (TestMigratingSlotLastOwnerLease).
       local h = companion(keys[i], 'n')
       local n = redis.call('HLEN', h)
       gone = n - redis.call('HDEL', h, lease) == 0
