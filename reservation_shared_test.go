@@ -153,8 +153,9 @@ func TestReservationWaiterMeetsSharedKey(t *testing.T) {
 // exclusive key x is its reservation, never held), stands in the line of
 // a key reserved for an older waiter under a reader's entry (inbox, then
 // lockval.QueueReader), and is granted by its confirm once that waiter is
-// done. Mutation: Engine.Queues refusing sets that are not plain (the
-// request keeps a prefix: its entry is its bare token).
+// done. Mutation (checked while requests could still keep a prefix):
+// requests with shared keys kept out of reservation (the entry was the
+// bare token).
 func TestARequestWithSharedKeysWaitsByReservation(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 30*time.Second)
