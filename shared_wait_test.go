@@ -136,3 +136,48 @@ func TestAWriterIsNotStarvedByReaders(t *testing.T) {
 		})
 	}
 }
+
+// attemptCounter is an Observer that keeps the attempts of the last
+// acquisition.
+type attemptCounter struct {
+	nopObserver
+	mu       sync.Mutex
+	attempts int
+}
+
+func (a *attemptCounter) Acquired(ev slotlock.AcquireEvent) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.attempts = ev.Attempts
+}
+
+// TestAReentrantReaderWaitsForItsOwnersWriteHold: a lease of an owner
+// that asks shared for a key the owner holds exclusively through another
+// lease waits for it (there is no downgrade) and sends no confirm while
+// it waits: the key is not its. Its Wait runs out; one attempt was sent,
+// the first. Mutation: reserve.lua's owner branch taken for readers too
+// (the key then counts as the reader's, every confirm fails and is sent
+// again at once: thousands of attempts).
+func TestAReentrantReaderWaitsForItsOwnersWriteHold(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			ctx := ctxT(t, 60*time.Second)
+			const k = "ro:k"
+			obs := &attemptCounter{}
+			l := e.ownLocker(slotlock.Options{TTL: 30 * time.Second, PerSlot: m.perSlot, Observer: obs})
+			oc := slotlock.WithOwner(ctx, "o")
+			w, err := l.Lock(oc, k)
+			require.NoError(t, err)
+
+			_, err = l.Acquire(oc, slotlock.Request{Shared: []string{k}, Wait: 500 * time.Millisecond})
+			require.ErrorIs(t, err, slotlock.ErrNotAcquired)
+			obs.mu.Lock()
+			require.Equal(t, 1, obs.attempts, "attempts while the owner held k exclusively")
+			obs.mu.Unlock()
+			require.NoError(t, w.Release(ctx))
+			require.Empty(t, e.lockKeys())
+		})
+	}
+}

@@ -248,9 +248,11 @@ for i = first, last do
         redis.call('DEL', k)
       end
     end
-  elseif owner ~= '' and v and holder_of(v) == owner then
+  elseif owner ~= '' and not reader and v and holder_of(v) == owner then
     -- Its owner holds it through another lease: the confirm takes it as
     -- the owner's (a reentrant grant), so it is the waiter's, untouched.
+    -- Not for a reader: a shared hold is never taken beside an exclusive
+    -- one (no downgrade), so it waits in line for the owner's release.
     if lined[i] then
       leave_mine(k)
     end

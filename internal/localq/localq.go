@@ -500,13 +500,18 @@ func (t *Table) releaseLocked(keys []string, h *Holder) {
 		if e == nil {
 			continue
 		}
+		left := false
 		for i, x := range e.holders {
 			if x == h {
 				e.holders = append(e.holders[:i], e.holders[i+1:]...)
+				left = true
 				break
 			}
 		}
-		if len(e.holders) == 0 && len(e.waiters) > 0 {
+		// A key still held shared may have come free for a waiting
+		// reader too: the holder that left may have been the one not yet
+		// granted in Redis (allGranted).
+		if len(e.waiters) > 0 && (len(e.holders) == 0 || left && e.shared) {
 			t.touch(e)
 			freed = true
 		} else {

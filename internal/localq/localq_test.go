@@ -372,3 +372,32 @@ func TestSharedHolders(t *testing.T) {
 	q.Release([]string{"k"}, r4)
 	require.Zero(t, q.Len())
 }
+
+// TestReaderWokenWhenTheUngrantedReaderLeaves: a waiting reader that
+// waits only because a co-reader is not granted in Redis yet is granted
+// when that co-reader leaves (its acquisition failed), though another
+// reader still holds the key. Mutation: releaseLocked touching waiters
+// only when the key's last holder leaves (the reader waits for the
+// granted one's release).
+func TestReaderWokenWhenTheUngrantedReaderLeaves(t *testing.T) {
+	q := New()
+	sh := []bool{true}
+	g, u, r := &Holder{Shared: sh}, &Holder{Shared: sh}, &Holder{Shared: sh}
+	require.Nil(t, q.TryAcquire([]string{"k"}, g))
+	g.SetDeadline(time.Now().Add(time.Minute))
+	require.Nil(t, q.TryAcquire([]string{"k"}, u)) // acquiring in Redis
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- q.Acquire(ctx, []string{"k"}, r) }()
+	require.Eventually(t, func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return len(q.m["k"].waiters) == 1
+	}, 5*time.Second, time.Millisecond, "the reader waits for the one acquiring")
+	q.Release([]string{"k"}, u)
+	require.NoError(t, <-done, "not woken while g still held k")
+	q.Release([]string{"k"}, g)
+	q.Release([]string{"k"}, r)
+	require.Zero(t, q.Len())
+}

@@ -184,6 +184,12 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 	timer := time.NewTimer(ReserveRefresh)
 	defer timer.Stop()
 	reserve, errs := true, 0
+	// failed counts confirms that failed with no wait between them: a
+	// reserve round that keeps proving keys a confirm keeps refusing (the
+	// scripts disagreeing on whose a key is) must not spin at the round
+	// trip's pace. One failure is ordinary (a reservation lapsed); from
+	// the second on, each costs a pause (Backoff).
+	failed := 0
 	for {
 		if ctx.Err() != nil {
 			return leave(context.Cause(ctx))
@@ -244,9 +250,15 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 			if err := holdNothing(); err != nil {
 				return leave(err)
 			}
+			if failed++; failed > 1 {
+				if err := SleepCtx(ctx, Backoff(failed)); err != nil {
+					return leave(err)
+				}
+			}
 			reserve = true
 			continue
 		}
+		failed = 0
 		w0 := r.Stats.now()
 		select {
 		case m := <-msgs:
