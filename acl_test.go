@@ -27,7 +27,7 @@ var aclRules = []string{
 	"+time", "+zadd", "+zrem", "+zrange", "+zcard",
 	"+hset", "+hdel", "+hlen", "+hexists",
 	"+zscore", "+zcount", "+zremrangebyscore", "+pexpireat", "+pexpiretime", "+hgetall",
-	"+spublish", "+ssubscribe", "+sunsubscribe",
+	"+spublish", "+ssubscribe", "+sunsubscribe", "+pubsub|shardnumsub",
 	"+unsubscribe", "+punsubscribe", "+discard",
 }
 

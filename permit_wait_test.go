@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/slotlock/slotlock"
+	"github.com/slotlock/slotlock/internal/lockval"
 	"github.com/slotlock/slotlock/slot"
 )
 
@@ -108,4 +110,67 @@ func (e *env) permitLine(ctx context.Context, resource string) int64 {
 	n, err := e.client.Do(ctx, e.client.B().Zcard().Key(q).Build()).AsInt64()
 	require.NoError(e.t, err)
 	return n
+}
+
+// lineByHand puts a made-up waiter by reservation, whose inbox nobody
+// listens on (its process was killed), at the head of a line (q, qd: its
+// order and deadline keys), with a deadline a minute away: only its
+// deafness can pass it.
+func (e *env) lineByHand(ctx context.Context, q, qd, member string) {
+	e.t.Helper()
+	for _, cmd := range []rueidis.Completed{
+		e.client.B().Zadd().Key(q).ScoreMember().ScoreMember(1, member).Build(),
+		e.client.B().Zadd().Key(qd).ScoreMember().ScoreMember(float64(time.Now().Add(time.Minute).UnixMilli()), member).Build(),
+		e.client.B().Pexpire().Key(q).Milliseconds(60_000).Build(),
+		e.client.B().Pexpire().Key(qd).Milliseconds(60_000).Build(),
+	} {
+		require.NoError(e.t, e.client.Do(ctx, cmd).Error())
+	}
+}
+
+// TestAKilledWaiterBlocksNoNewcomer: a waiter killed at the head of a
+// permit's line, or a writer killed in a shared key's line, blocks
+// nobody, though its entry's deadline is a minute away: a request whose
+// units fit, and a reader joining the key's readers, are granted (their
+// Waits are a tenth of that deadline). Nobody listens on the dead one's
+// inbox. Mutation: heard() in common.lua always true (both Waits run
+// out).
+func TestAKilledWaiterBlocksNoNewcomer(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			ctx := ctxT(t, 60*time.Second)
+			opt := slotlock.Options{TTL: 30 * time.Second, PerSlot: m.perSlot}
+			names, err := slot.NewNamer(e.prefix)
+			require.NoError(t, err)
+			dead := func(tagged string) string { // an entry whose inbox is in tagged's slot
+				return "dead/1 " + tagged[:strings.IndexByte(tagged, '}')+1] + "#in:gone"
+			}
+
+			units := func(u int64) slotlock.Request {
+				return slotlock.Request{Permits: []slotlock.Permit{{Resource: "kw", Units: u, Limit: 4}}, Wait: 6 * time.Second}
+			}
+			h, err := e.ownLocker(opt).Acquire(ctx, units(2))
+			require.NoError(t, err)
+			q, qd := names.PermitQueueKeysInSlot("kw", slot.KeySlot("kw"))
+			e.lineByHand(ctx, q, qd, dead(q))
+			p, err := e.ownLocker(opt).Acquire(ctx, units(2))
+			require.NoError(t, err, "a newcomer whose units fit waited for a killed waiter")
+
+			const k = "kw:k"
+			r0, err := e.ownLocker(opt).Acquire(ctx, slotlock.Request{Shared: []string{k}})
+			require.NoError(t, err)
+			q, qd = names.QueueKeysInSlot(k, slot.KeySlot(k))
+			e.lineByHand(ctx, q, qd, dead(q))
+			lk := names.LockKey(k) // marked, as a join marks it
+			require.NoError(t, e.client.Do(ctx, e.client.B().Set().Key(lk).Value(e.lockValue(ctx, k)+lockval.Mark).Keepttl().Build()).Error())
+			r1, err := e.ownLocker(opt).Acquire(ctx, slotlock.Request{Shared: []string{k}, Wait: 6 * time.Second})
+			require.NoError(t, err, "a reader waited for a killed writer")
+
+			for _, l := range []*slotlock.Lease{h, p, r0, r1} {
+				require.NoError(t, l.Release(ctx))
+			}
+		})
+	}
 }

@@ -208,11 +208,27 @@ local function entry_parse(m)
   return token, seq or 0, string.sub(m, sp + 1, reader and -2 or -1), reader
 end
 
+-- heard reports whether someone listens on the inbox of queue entry m
+-- (a Locker listens on its inbox for as long as it lives, as hand_off
+-- relies on): PUBSUB SHARDNUMSUB counts the listeners on this node
+-- without a message. An entry without an inbox, or a count Redis
+-- refuses (an ACL user without PUBSUB), counts as heard.
+local function heard(m)
+  local _, _, inbox = entry_parse(m)
+  if not inbox then
+    return true
+  end
+  local r = redis.pcall('PUBSUB', 'SHARDNUMSUB', inbox)
+  return r.err ~= nil or r[2] ~= 0
+end
+
 -- writer_before reports whether lock key k's queue, which the caller read
 -- before its first write, holds a live entry older than ticket (by score)
 -- other than a reader's by reservation (with any, any live entry): a
 -- writer (or a waiter in line, whose kind its entry does not say), which
--- a reader must not pass. Reads only; pcall, as a read after this call's
+-- a reader must not pass. Live: its deadline has not passed and its
+-- inbox is heard: a killed waiter's entry blocks nobody (its deadline
+-- would take ENTRY_MS). Reads only; pcall, as a read after this call's
 -- writes may meet a queue its ZREMs deleted in a migrating slot (then
 -- nobody is before it).
 local function writer_before(k, ticket, now, any)
@@ -224,7 +240,7 @@ local function writer_before(k, ticket, now, any)
   for _, m in ipairs(older) do
     if any or string.byte(m, -1) ~= 126 then -- not READER
       local d = redis.pcall('ZSCORE', qd, m)
-      if type(d) == 'string' and tonumber(d) > now then
+      if type(d) == 'string' and tonumber(d) > now and heard(m) then
         return true
       end
     end

@@ -179,20 +179,26 @@ end
 -- again after a redirect, it meets its own member: ZADD NX keeps it).
 local function join(k, v, fresh)
   local q, qd = queue_keys(k)
-  local member, e = me, seq
+  local member, e, stale = me, seq, {}
   local own = seq > 1 and redis.call('ZRANGE', q, ticket, ticket, 'BYSCORE') or {}
   for _, m in ipairs(own) do
-    if entry_of(m, waiter) then
+    if entry_of(m, waiter) and m ~= me then -- me: this call sent again, kept
       local _, ms, min = entry_parse(m)
       if not fresh and member == me and ms > 0 and min == inbox then
         member, e = m, ms
       else
-        redis.call('ZREM', q, m)
-        redis.call('ZREM', qd, m)
+        stale[#stale + 1] = m
       end
     end
   end
+  -- The entry goes in before the stale ones come out: the queue is never
+  -- empty in between (a ZADD to a queue this call's ZREM deleted would be
+  -- refused in a slot MIGRATING away, after the writes before it).
   enqueue_at(k, v, member, ticket, now)
+  if #stale > 0 then
+    redis.call('ZREM', q, unpack(stale))
+    redis.pcall('ZREM', qd, unpack(stale))
+  end
   return e
 end
 
@@ -222,8 +228,11 @@ if permits then
       end
     elseif not held[i].mine then
       code = join(k, false, false)
-      if held[i].used + units[i] <= limits[i] and not older_waits(k) then
-        code = 0
+      if held[i].used + units[i] <= limits[i] then
+        drop_dead(k, now)
+        if not writer_before(k, ticket, now, true) then
+          code = 0
+        end
       end
     end
     out[#out + 1] = code
