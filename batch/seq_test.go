@@ -522,3 +522,35 @@ func TestReserveGuardLeavesANewerReservation(t *testing.T) {
 	}
 	s.do(ctx, t, []string{"DEL", s.lock, s.q, s.qd})
 }
+
+// TestLeaveWakesTheReadersBehind: a writer that leaves the line of a key
+// held shared (its Lock cancelled) wakes the reader behind it, which may
+// join the holders now: 'h <key> r/1' on the reader's inbox. Mutation
+// checked: mode 'l' not calling wake_readers (no message; the reader
+// would wait for its refresh).
+func TestLeaveWakesTheReadersBehind(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := newSeqNode(ctx, t, "lwr", "k")
+	win, rin := inboxIn(s.lock, "W"), inboxIn(s.lock, "R")
+	subscribe(ctx, t, s.n, win)
+	msgs := subscribe(ctx, t, s.n, rin)
+	s.do(ctx, t, []string{"DEL", s.lock, s.q, s.qd}, []string{"SET", s.lock, "~r0!", "PX", "30000"},
+		[]string{"ZADD", s.q, "100", "w/1 " + win, "200", "r/1 " + rin + "~"},
+		[]string{"ZADD", s.qd, "99999999999999", "w/1 " + win, "99999999999999", "r/1 " + rin + "~"})
+	if c := s.reserveAt(ctx, t, "w", "100", win, "l:2"); c[0] != 0 {
+		t.Fatalf("leave: code %d", c[0])
+	}
+	select {
+	case m := <-msgs:
+		if want := "h " + s.lock + " r/1"; m != want {
+			t.Errorf("message %q, want %q", m, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("the reader behind the leaving writer was not woken")
+	}
+	if l := s.line(ctx); !equalStrings(l, []string{"r/1 " + rin + "~"}) {
+		t.Errorf("line %q", l)
+	}
+	s.do(ctx, t, []string{"DEL", s.lock, s.q, s.qd})
+}

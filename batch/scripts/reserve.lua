@@ -247,8 +247,9 @@ for i = first, last do
   if guarded then
     code = -1
   elseif mode == 'l' then
-    if lined[i] then
-      leave_mine(k)
+    if lined[i] and leave_mine(k) and v and string.byte(v, 1) == 126 then
+      -- Held shared: readers behind a writer that leaves may join now.
+      wake_readers(k, now)
     end
     if mine then
       if string.byte(v, -1) == 33 then -- '!'
