@@ -240,6 +240,15 @@ func TestReserveNamesItsCalls(t *testing.T) {
 	}
 	early := float64(now[0]*1000 + now[1]/1000 + 1000)
 	s.do(ctx, t, []string{"ZADD", s.qd, "XX", fmt.Sprintf("%.0f", early), entry})
+	// r:8 keeps the entry and writes nothing (REFRESH_EVERY: a kept
+	// entry's deadline is pushed every third round); r:9 pushes it.
+	// Mutation checked: enqueue_at pushing on every join.
+	if c := s.reserveAt(ctx, t, waiter, ticket, inbox, "r:8"); c[0] != 7 {
+		t.Errorf("held key, r:8 after r:7: code %d, want 7 (the entry kept)", c[0])
+	}
+	if d := s.deadline(ctx, entry); d != early {
+		t.Errorf("r:8 moved the entry's deadline from %.0f to %.0f", early, d)
+	}
 	if c := s.reserveAt(ctx, t, waiter, ticket, inbox, "r:9"); c[0] != 7 {
 		t.Errorf("held key, r:9 after r:7: code %d, want 7 (the entry kept)", c[0])
 	}

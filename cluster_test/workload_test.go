@@ -107,20 +107,19 @@ func (w *workload) run(id int, l *slotlock.Locker) {
 	r := rand.New(rand.NewPCG(w.seed, uint64(id)))
 	requests := w.requests && id%2 == 1
 	// With requests, every fourth worker's Lock and TryLock are
-	// reentrant leases of its own owner (one at a time: the checker's
-	// exclusion holds between owners), so that hold sets meet the faults.
-	var reentrant string
-	if w.requests && id%4 == 2 {
-		reentrant = owner
-	}
-	for !w.stopped() {
+	// reentrant leases, so that hold sets meet the faults: each of its own
+	// owner, since the checker's exclusion and fencing order hold between
+	// owners, and leases of one owner share a key its earlier lease could
+	// not release (a release that timed out in a fault).
+	reentrant := w.requests && id%4 == 2
+	for n := 0; !w.stopped(); n++ {
 		keys := make([]string, 1+r.IntN(w.maxBatch))
 		for i := range keys {
 			keys[i] = w.space[r.IntN(len(w.space))]
 		}
 		ctx, cancel := context.WithTimeout(w.e.ctx, w.attempt)
-		if reentrant != "" {
-			ctx = slotlock.WithOwner(ctx, reentrant)
+		if reentrant {
+			ctx = slotlock.WithOwner(ctx, fmt.Sprintf("%s#%d", owner, n))
 		}
 		var lease *slotlock.Lease
 		var err error

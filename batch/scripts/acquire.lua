@@ -86,26 +86,18 @@ for i = first, last do
     end
     return v
   end
-  local ours = v and reserved_for(v) == waiter
-  local marked = ours and string.byte(v, -1) == 33 -- '!'
-  if ours then
+  if v and reserved_for(v) == waiter then
+    -- No entry of the waiter's is in the queue of a key reserved for it
+    -- (the hand-off popped it, or reserve.lua left the queue): whether
+    -- others wait is the value's mark (I-mark: every join marks it),
+    -- which the grant keeps.
+    keep[i] = string.byte(v, -1) == 33 -- '!'
     v = nil
-  end
-  if ours then
-    -- A waiter by reservation has no entry in the queue of a key reserved
-    -- for it: the hand-off that made the key its own popped the entry,
-    -- and reserve.lua left the queue when it reserved the key itself.
-    -- Whether others wait is the value's mark (I-mark: every join marks
-    -- it), so the grant keeps the mark and reads no queue.
-    keep[i] = marked
   elseif m1 == 'c' and not v then
-    -- A free key may still list waiters in its queue: it was freed by
-    -- expiry (a reservation that lapsed unused) or by a script-free
-    -- release. Read the queue now, leave the waiter's own entries when
-    -- writing (found by its ticket: one left behind, its reserve having
-    -- joined again before a late hand-off message made it confirm, would
-    -- be handed the key at the grant's release, an acquisition that is
-    -- over), and mark the grant when others remain.
+    -- A free key (a reservation lapsed, a script-free release) may still
+    -- list waiters: the grant leaves the waiter's own entries (one left
+    -- behind would be handed the key at the grant's release) and is
+    -- marked when others remain.
     handed[i] = read_queue(keys[i])
     if handed[i] then
       own[i], others[i] = own_entries(keys[i], waiter, ticket)
@@ -200,10 +192,7 @@ for i = first, stop - 1 do
   end
 end
 if stop <= last then
-  local held = redis.call('GET', keys[stop])
-  if string.byte(held, -1) ~= 33 then -- '!'
-    redis.call('SET', keys[stop], held .. '!', 'KEEPTTL')
-  end
+  mark_key(keys[stop], redis.call('GET', keys[stop]))
 end
 out[1] = stop - first
 return out

@@ -72,21 +72,24 @@ end
 
 -- Waiting across processes (docs/design.md, "Waiting by reservation
 -- across processes"). A waiter that meets a held key joins the key's
--- queue, two sorted sets in the key's slot: P{T}#q:K orders waiters by
--- ticket (microseconds of server time), each named by its token, '/', the
--- seq of the call that created the entry, a space, its inbox and, for a
--- reader, READER; P{T}#qd:K gives each its deadline (ms, server time),
--- which every later join of the same waiter pushes on. A release of a
--- marked key hands it to the oldest live waiter instead of deleting it:
--- the key becomes that waiter's reservation for RESERVE_MS, which only
--- that waiter takes (a bare SET NX, TryLock and every other waiter see a
--- held key), and one message on its inbox wakes it.
--- RESERVE_MS bounds what a waiter that never comes (killed, cancelled)
--- costs a key: a waiter renews its reservations every third of it while
--- it waits (protocol.ReserveRefresh), so a dead one's lapse within
--- RESERVE_MS. ENTRY_MS bounds how long a waiter that stopped joining
--- stays in line: a live one joins again at least every 400 ms
--- (protocol.QueuedRefresh). The Go side names both in internal/lockval.
+-- queue, two sorted sets in the key's slot: P{T}#q:K orders entries by
+-- ticket (microseconds of server time), each 'token/seq inbox' and, for a
+-- reader, READER (entry_parse); P{T}#qd:K gives each its deadline (ms,
+-- server time), pushed on by every join of the same waiter. A release of
+-- a marked key hands it to the oldest live waiter: the key becomes that
+-- waiter's reservation for RESERVE_MS, which only that waiter takes, and
+-- a message on its inbox wakes it. A live waiter renews its reservations
+-- every third of RESERVE_MS (protocol.ReserveRefresh) and joins again at
+-- least every 400 ms (protocol.QueuedRefresh): a dead one's lapse within
+-- RESERVE_MS, its entries within ENTRY_MS (internal/lockval names both).
+--
+-- Rule M (docs/faults.md bug 11): in a slot MIGRATING away, Redis refuses
+-- a command on a key missing here after the call's earlier writes, which
+-- it keeps. So a script reads every key it may write before its first
+-- write (a missing key then fails the call with nothing written), and a
+-- key its own writes may have deleted since (a ZREM of a queue's last
+-- entry, an HDEL of a set's last field) is touched only through pcall, a
+-- refusal meaning the key is gone.
 local RESERVE_MS = 500
 local ENTRY_MS = 3000
 
@@ -116,12 +119,9 @@ local function lock_keys(n)
 end
 
 -- read_queue reads lock key k's queue keys before a script's first write
--- (a key of a slot in migration then fails the call with nothing
--- written) and reports whether either exists. It reads the names
--- queue_keys gives, the ones enqueue_at and hand_off write: what is
--- checked is what is written. (Calls for one slot also declare them in
--- KEYS, named by Go's slot.Namer.QueueKeysInSlot, for Redis's migration
--- rules.)
+-- (rule M) and reports whether either exists. (Calls for one slot also
+-- declare them in KEYS, slot.Namer.QueueKeysInSlot, for Redis's
+-- migration rules.)
 local function read_queue(k)
   local q, qd = queue_keys(k)
   return redis.call('EXISTS', q, qd) > 0
@@ -208,11 +208,10 @@ local function entry_parse(m)
   return token, seq or 0, string.sub(m, sp + 1, reader and -2 or -1), reader
 end
 
--- heard reports whether someone listens on the inbox of queue entry m
--- (a Locker listens on its inbox for as long as it lives, as hand_off
--- relies on): PUBSUB SHARDNUMSUB counts the listeners on this node
--- without a message. An entry without an inbox, or a count Redis
--- refuses (an ACL user without PUBSUB), counts as heard.
+-- heard reports whether someone listens on the inbox of queue entry m (a
+-- Locker listens on its inbox for as long as it lives): PUBSUB
+-- SHARDNUMSUB counts the listeners on this node without a message. An
+-- entry without an inbox, or a count Redis refuses, counts as heard.
 local function heard(m)
   local _, _, inbox = entry_parse(m)
   if not inbox then
@@ -222,15 +221,11 @@ local function heard(m)
   return r.err ~= nil or r[2] ~= 0
 end
 
--- writer_before reports whether lock key k's queue, which the caller read
--- before its first write, holds a live entry older than ticket (by score)
--- other than a reader's by reservation (with any, any live entry): a
--- writer (or a waiter in line, whose kind its entry does not say), which
--- a reader must not pass. Live: its deadline has not passed and its
--- inbox is heard: a killed waiter's entry blocks nobody (its deadline
--- would take ENTRY_MS). Reads only; pcall, as a read after this call's
--- writes may meet a queue its ZREMs deleted in a migrating slot (then
--- nobody is before it).
+-- writer_before reports whether lock key k's queue holds a live entry
+-- older than ticket (by score) other than a reader's (with any, any live
+-- entry): one a reader (or a permit taker) must not pass. Live: its
+-- deadline has not passed and its inbox is heard (a killed waiter blocks
+-- nobody). Reads only, through pcall (rule M: then nobody is before it).
 local function writer_before(k, ticket, now, any)
   local q, qd = queue_keys(k)
   local older = redis.pcall('ZRANGE', q, '-inf', '(' .. ticket, 'BYSCORE')
@@ -248,13 +243,10 @@ local function writer_before(k, ticket, now, any)
   return false
 end
 
--- own_entries returns waiter's entries by reservation in lock key k's
--- queue (under any inbox it gave: after a reshard its inbox may be
--- another channel; entry_of), found by its ticket, and whether the queue
--- holds anyone else. The confirms read it before their first write: the
--- ZREMs that leave the entries may delete the queue, and in a slot
--- MIGRATING away a later read of the missing key would be refused after
--- the writes before it (docs/faults.md bug 11).
+-- own_entries returns waiter's entries in lock key k's queue (under any
+-- inbox it gave: after a reshard its inbox may be another channel),
+-- found by its ticket, and whether the queue holds anyone else. The
+-- confirms read it before their first write (rule M).
 local function own_entries(k, waiter, ticket)
   local q = queue_keys(k)
   local n = redis.call('ZCARD', q)
@@ -274,7 +266,7 @@ local function leave_own(k, found)
   if #found > 0 then
     local q, qd = queue_keys(k)
     redis.call('ZREM', q, unpack(found)) -- read before: q has them
-    redis.pcall('ZREM', qd, unpack(found)) -- an entry without a deadline may find qd gone
+    redis.pcall('ZREM', qd, unpack(found)) -- rule M
   end
 end
 
@@ -296,128 +288,98 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t
 end
 
--- enqueue_at puts member in lock key k's queue with score (keeping its
--- place if it is already there), gives it the deadline now + ENTRY_MS
--- (now: server time in ms) and marks k's value v. The caller has read k
--- and its queue keys before its first write. Numbers go to Redis through
--- string.format: tostring would print them in exponent form.
-local function enqueue_at(k, v, member, score, now)
-  local q, qd = queue_keys(k)
-  redis.call('ZADD', q, 'NX', score, member)
-  redis.call('ZADD', qd, string.format('%d', now + ENTRY_MS), member)
-  redis.call('PEXPIRE', q, 2 * ENTRY_MS)
-  redis.call('PEXPIRE', qd, 2 * ENTRY_MS)
+-- mark_key puts the waiters' mark on lock key k, whose value the caller read
+-- (v), unless it is there: its release hands the key on.
+local function mark_key(k, v)
   if v and string.byte(v, -1) ~= 33 then -- '!'
     redis.call('SET', k, v .. '!', 'KEEPTTL')
   end
 end
 
--- drop_dead removes the entries of lock key k's queue whose deadline
--- passed (server time now) and returns the first live entry and its score
--- (nil when none is left). It reads the order's head before its ZREMs, as
--- hand_off does: the ZREMs may delete the order, and in a slot MIGRATING
--- away a read of a key this call deleted is refused ("non local key")
--- after the writes before it, which Redis keeps.
-local function drop_dead(k, now)
-  local q, qd = queue_keys(k)
-  local dead = redis.call('ZRANGE', qd, '-inf', '(' .. string.format('%d', now), 'BYSCORE')
-  local first = redis.call('ZRANGE', q, 0, #dead, 'WITHSCORES')
-  local is_dead = {}
-  for _, w in ipairs(dead) do
-    is_dead[w] = true
+-- enqueue_at puts member in lock key k's queue with score and marks k's
+-- value v; with push (a new entry, or a periodic refresh) it gives the
+-- member the deadline now + ENTRY_MS (server ms) and both keys 2 *
+-- ENTRY_MS to live. A refresh that pushes nothing writes nothing: a live
+-- waiter pushes at least every REFRESH_EVERY rounds, well within
+-- ENTRY_MS (join in reserve.lua). The caller has read k and its queue
+-- (rule M). Numbers go through string.format: tostring would print them
+-- in exponent form.
+local function enqueue_at(k, v, member, score, now, push)
+  if push then
+    local q, qd = queue_keys(k)
+    redis.call('ZADD', q, 'NX', score, member)
+    redis.call('ZADD', qd, string.format('%d', now + ENTRY_MS), member)
+    redis.call('PEXPIRE', q, 2 * ENTRY_MS)
+    redis.call('PEXPIRE', qd, 2 * ENTRY_MS)
   end
-  local head, score
-  for j = 1, #first, 2 do
-    if not is_dead[first[j]] then
-      head, score = first[j], first[j + 1]
-      break
-    end
-  end
-  for _, w in ipairs(dead) do
-    redis.pcall('ZREM', q, w) -- q may lose its last entry first (pcall: migrating slot)
-    redis.call('ZREM', qd, w)
-  end
-  return head, score
+  mark_key(k, v)
 end
 
--- hand_off gives lock key k, which its owner's script has just given up
--- (or which is free), to the oldest waiter in its queue whose deadline has
--- not passed and who can still hear of it, or deletes it when there is
--- none. Only the owner's own script calls it on a key that has an owner:
--- no script ever writes over a value naming someone else (but for the
--- reservation this same call wrote for a waiter nobody heard, below,
--- which nobody has seen). The caller has
--- read k's queue keys before its first write. A waiter by reservation (its
--- entry is token '/' seq ' ' inbox) is handed a reservation naming its
--- ticket, token/seq and inbox, and woken on its inbox by a message naming
--- token/seq: the seq is the call that created the entry, carried unchanged
--- (whatever precedes the space is copied), so that the waiter can tell
--- this hand-off from one of an older entry of its own (rule F,
--- internal/protocol/evidence.go). An entry without an inbox (an older
--- version's waiter in line) is passed over.
--- now is the server's time in ms (now_ms), read once by a caller that
--- hands off several keys; nil reads it here.
---
--- A waiter by reservation is asked whether it still listens: SPUBLISH
--- answers how many clients of this node heard the hand-off, and its
--- Locker listens on its inbox for as long as it lives (batch/reserve.go).
--- When nobody heard, the waiter is gone (killed, its Locker closed) or
--- cannot hear now (its connection being re-established): it is passed
--- over, and the key goes to the next one, instead of being kept
--- RESERVE_MS for a waiter that will not come; a live one joins again at
--- its next refresh under its old ticket. Each message is published after
--- the reservation it announces is written (a waiter takes a hand-off
--- message as evidence that the key is its: internal/protocol/evidence.go),
--- so passing over rewrites the key for the next waiter in the same call.
--- A publish that fails (no channel rights, an inbox slot this node no
--- longer serves) says nothing, and the waiter keeps the key, as when
--- messages are lost. At most DEAF_SCAN waiters are passed over per call;
--- the one after them keeps the key, heard or not.
---
--- It reads the line before it writes it (a ZREM of its last entry deletes
--- the order, and in a slot MIGRATING away Redis refuses any later command
--- on the then missing key, after the writes before it): of the
--- first #dead + DEAF_SCAN + 2 entries of the order at most #dead are dead,
--- so they hold every waiter it may hand the key to and, when others still
--- wait, the one after them. The dead go in one ZREM per key (per
--- thousand), and no command that could meet a key this call's own ZREMs
--- deleted runs unguarded: each waiter's entry is removed while the ones
--- read after it still keep the queue.
-local DEAF_SCAN = 4
-local function hand_off(k, now)
+-- drop_dead removes the entries of lock key k's queue whose deadline
+-- passed (server ms now) and returns the live ones among the first #dead
+-- + n + 1 of the order, oldest first ({member, score, ...}), and whether
+-- the order may go on past them. Rule M: it reads before its ZREMs, and
+-- q may lose its last entry in an earlier chunk (qd keeps every dead one
+-- until the last).
+local function drop_dead(k, now, n)
   local q, qd = queue_keys(k)
-  local dead = redis.call('ZRANGE', qd, '-inf', '(' .. string.format('%d', now or now_ms()), 'BYSCORE')
-  local first = redis.call('ZRANGE', q, 0, #dead + DEAF_SCAN + 1, 'WITHSCORES')
-  local full = #first / 2 == #dead + DEAF_SCAN + 2 -- the order may go on past what was read
-  local is_dead = {}
+  local dead = redis.call('ZRANGE', qd, '-inf', '(' .. string.format('%d', now), 'BYSCORE')
+  local first = redis.call('ZRANGE', q, 0, #dead + n, 'WITHSCORES')
+  local is_dead, live = {}, {}
   for _, w in ipairs(dead) do
     is_dead[w] = true
   end
-  local live = {} -- positions in first of the live entries, oldest first
   for j = 1, #first, 2 do
     if not is_dead[first[j]] then
-      live[#live + 1] = j
+      live[#live + 1], live[#live + 2] = first[j], first[j + 1]
     end
   end
   for i = 1, #dead, 1000 do -- unpack's stack limit is about 8,000
     local j = math.min(i + 999, #dead)
-    -- q may lose its last entry in an earlier chunk (pcall: in a
-    -- migrating slot a missing key is refused); qd holds every dead one
-    -- until the last chunk.
     redis.pcall('ZREM', q, unpack(dead, i, j))
     redis.call('ZREM', qd, unpack(dead, i, j))
   end
-  for c, j in ipairs(live) do
-    local head, score = first[j], first[j + 1]
-    local mark = (c < #live or full) and '!' or ''
+  return live, #first / 2 == #dead + n + 1
+end
+
+-- hand_off gives lock key k, which its owner's script has just given up
+-- (or which is free), to the oldest live waiter in its queue who can
+-- still hear of it, or deletes it when there is none. Only the owner's
+-- own script calls it on a key that has an owner: no script writes over
+-- a value naming someone else. The waiter is handed a reservation naming
+-- its ticket, token/seq and inbox, then woken on its inbox by a message
+-- naming token/seq: the seq of the call that created the entry, copied
+-- unchanged, so that it can tell this hand-off from one of an older entry
+-- of its own (rule F, internal/protocol/evidence.go). now is the server's
+-- time in ms, nil to read it here.
+--
+-- SPUBLISH answers how many clients of this node heard the message. When
+-- nobody did, the waiter is gone (or reconnecting: it joins again at its
+-- next refresh under its old ticket), and the same call rewrites the key
+-- for the next one, instead of keeping it RESERVE_MS for a waiter that
+-- will not come: each message follows the write it announces. A publish
+-- that fails says nothing; the waiter keeps the key, as when a message
+-- is lost. At most DEAF_SCAN are passed over per call. An entry without
+-- an inbox (an older version's waiter in line) is passed over.
+--
+-- Rule M: it reads the first #dead + DEAF_SCAN + 2 entries before any
+-- write (at most #dead of them are dead, so they hold every waiter it may
+-- hand the key to and, when others wait, the one after them), and each
+-- entry goes while the ones read after it still keep the queue.
+local DEAF_SCAN = 4
+local function hand_off(k, now)
+  local q, qd = queue_keys(k)
+  local live, full = drop_dead(k, now or now_ms(), DEAF_SCAN + 1)
+  local n = #live / 2
+  for c = 1, n do
+    local head, score = live[2 * c - 1], live[2 * c]
     redis.call('ZREM', q, head) -- a live entry: q has it
-    redis.pcall('ZREM', qd, head) -- a head without a deadline may find qd gone
-    local sp = string.find(head, ' ', 1, true)
-    if sp then -- (an entry without an inbox, an older version's, is passed over)
-      local waiter = string.sub(head, 1, sp - 1)
-      local _, _, inbox = entry_parse(head)
-      redis.call('SET', k, '^' .. string.format('%d', tonumber(score)) .. ':' .. waiter .. ':' .. inbox .. mark,
-        'PX', RESERVE_MS)
+    redis.pcall('ZREM', qd, head) -- rule M
+    local _, _, inbox = entry_parse(head)
+    if inbox then
+      local waiter = string.sub(head, 1, string.find(head, ' ', 1, true) - 1)
+      redis.call('SET', k, '^' .. string.format('%d', tonumber(score)) .. ':' .. waiter .. ':' .. inbox ..
+        ((c < n or full) and '!' or ''), 'PX', RESERVE_MS)
       if publish(inbox, 'h ' .. k .. ' ' .. waiter) ~= 0 or c > DEAF_SCAN then -- lockval.HandOff
         return
       end
@@ -425,9 +387,7 @@ local function hand_off(k, now)
   end
   -- Nobody (left) in line: the order was read to its end.
   redis.call('DEL', k)
-  -- Deadlines of waiters no longer in the order, if any are left (the
-  -- ZREMs above may have deleted the key: pcall, for a migrating slot).
-  redis.pcall('DEL', qd)
+  redis.pcall('DEL', qd) -- deadlines of entries no longer in the order (rule M)
 end
 
 -- take_free is the acquire scripts' fast path: it takes keys[first..last]

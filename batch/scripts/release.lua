@@ -46,9 +46,7 @@ for i = first, last do
     local gone = true
     if lease ~= '' then
       -- Count before removing: an HDEL of the last field deletes the
-      -- hold set, and in a slot MIGRATING away Redis refuses a later
-      -- command on the then missing key after this call's writes
-      -- (TestMigratingSlotLastOwnerLease).
+      -- hold set (rule M; TestMigratingSlotLastOwnerLease).
       local h = companion(keys[i], 'n')
       local n = redis.call('HLEN', h)
       gone = n - redis.call('HDEL', h, lease) == 0

@@ -1,15 +1,9 @@
 -- release1: delete one plain lock key (no hold set) if it holds the lease's
--- token. The general release script covers many keys, both call forms and
+-- token. The general release covers many keys, both call forms and
 -- reentrant holds; a single-key lease, the most common kind, needs none of
--- that: in `make bench` at 75e63d4 (K = 1) this one took 4.1 us of server
--- time per call where the general one took 6.4 (it parsed the value itself
--- then; reading it with holder_of costs about 0.2 us more). Comparing the
--- value with the token before holder_of's pattern search, as is_mine does,
--- took the masters' EVALSHA time per one-key lock and release from a
--- median of 6.8 to 5.2 us (five alternating runs of 10,000 batches at
--- 7fe7f19 and 3706897, process backend, 2 cores: cd bench &&
--- SLOTLOCK_CLUSTER=process go run ./cmd/phases -modes slotlock -k 1
--- -n 10000 -rounds 1).
+-- that, and this script costs its master about a third less server time
+-- per call. The value is compared with the token before holder_of's
+-- pattern search, as is_mine does (measured with bench/cmd/phases -k 1).
 --
 -- KEYS[1] the lock key, KEYS[2] and KEYS[3] its queue keys (touched only
 -- when the value is marked; declared for Redis's migration rules);

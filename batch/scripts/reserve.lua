@@ -1,12 +1,9 @@
 -- reserve: wait by reservation (docs/design.md, "Waiting by reservation
 -- across processes", which also states the seq and the guard). A waiting
--- acquisition holds no lock key: it reserves every key it can, and
--- stands in the queue of every other one. Nothing here
--- grants anything: when its own evidence (the replies of these calls, and
--- hand-off messages naming them: internal/protocol/evidence.go) says every
--- key is reserved for it, the waiter sends acquire.lua mode 'c' (the
--- confirm), which takes keys that are free, reserved for it or its own,
--- all or nothing, as holds with the lease's TTL.
+-- acquisition holds no lock key: it reserves every key it can, and stands
+-- in the queue of every other one. Nothing here grants anything: when its
+-- evidence (internal/protocol/evidence.go) says every key is reserved for
+-- it, the waiter sends its confirm (acquire.lua mode 'c'), all or nothing.
 --
 -- ARGV[1] the waiter (its lease token, the holder of a plain lease); for a
 --         reentrant lease followed by a space and its owner token
@@ -55,8 +52,7 @@
 --   mode 's' (a reader), held shared by others: the key counts as the
 --   waiter's (code 0, nothing written) unless a live writer older than
 --   it stands in the key's queue (writer_before); then it stands in line,
---   as above. Its entry ends with READER: the grant of a reader wakes
---   the readers at the head of the line (wake_readers in shared.lua).
+--   its entry ending with READER.
 -- A waiter never writes over a value naming another owner.
 --
 -- Returns {seconds, microseconds, code1, ...}: the server's TIME, then per
@@ -140,17 +136,10 @@ for i = first, last do
 end
 local out = {tonumber(t[1]), tonumber(t[2])}
 
--- leave_mine takes the waiter's entries out of lock key k's queue (its
--- entry names the inbox it gave then: after a reshard its inbox may be
--- another channel, and an entry under the old name must not stay behind
--- to be handed keys) and returns whether others remain. Its entries are
--- found by its ticket, the score of each of them.
---
--- The queue was read before this call's first write (read_queue), but
--- this call's own ZREMs (older_waits, or here) may have deleted it since:
--- in a slot MIGRATING away a command on a key missing here is refused
--- after the writes before it, which Redis keeps. So the reads after a
--- write go through pcall, a refusal meaning the key is gone: empty.
+-- leave_mine takes the waiter's entries (under any inbox: own_entries)
+-- out of lock key k's queue and returns whether others remain. This
+-- call's own ZREMs may have deleted the queue since it was read: pcall
+-- (rule M), a refusal meaning empty.
 local function leave_mine(k)
   local q, qd = queue_keys(k)
   local mine = redis.pcall('ZRANGE', q, ticket, ticket, 'BYSCORE')
@@ -170,13 +159,15 @@ end
 -- join puts the waiter in lock key k's queue, ordered by its ticket, marks
 -- k's value v, and returns the seq of the call that created the entry it
 -- stands under. An entry of its own under this inbox is kept (member and
--- score; its deadline is pushed on), unless fresh is set: the call gives k
--- away, and the waiter's reply must then report an entry above any evidence
--- it may hold for k (the reservation it gives away named an earlier call),
--- so it stands under a new entry of this call. Entries of its own under
--- another inbox (before a reshard: messages to it are lost) or without a
--- seq (an older version's) are replaced. Round 1 has none to look for (sent
--- again after a redirect, it meets its own member: ZADD NX keeps it).
+-- score), unless fresh is set: the call gives k away, and the reply must
+-- then report an entry above any evidence the waiter may hold for k (the
+-- reservation it gives away named an earlier call), so it stands under a
+-- new entry of this call. Other entries of its own (under another inbox,
+-- from before a reshard, or without a seq) are replaced. Round 1 has none
+-- to look for (sent again after a redirect, it meets its own member: ZADD
+-- NX keeps it). A kept entry's deadline is pushed every REFRESH_EVERY
+-- rounds only (enqueue_at).
+local REFRESH_EVERY = 3
 local function join(k, v, fresh)
   local q, qd = queue_keys(k)
   local member, e, stale = me, seq, {}
@@ -191,10 +182,9 @@ local function join(k, v, fresh)
       end
     end
   end
-  -- The entry goes in before the stale ones come out: the queue is never
-  -- empty in between (a ZADD to a queue this call's ZREM deleted would be
-  -- refused in a slot MIGRATING away, after the writes before it).
-  enqueue_at(k, v, member, ticket, now)
+  -- The entry goes in before the stale ones go (rule M: the queue is
+  -- never empty in between).
+  enqueue_at(k, v, member, ticket, now, member == me or seq % REFRESH_EVERY == 0)
   if #stale > 0 then
     redis.call('ZREM', q, unpack(stale))
     redis.pcall('ZREM', qd, unpack(stale))
@@ -205,7 +195,8 @@ end
 -- older_waits reports whether lock key k's queue has a live entry older
 -- than this waiter.
 local function older_waits(k)
-  local head, score = drop_dead(k, now)
+  local live = drop_dead(k, now, 0)
+  local head, score = live[1], live[2]
   if not head or head == me or entry_of(head, waiter) then
     return false
   end
@@ -215,21 +206,20 @@ end
 -- Permits (modes 'p' and 'P'). A permit has no reservation: a waiter
 -- stands in its line, first come first served by ticket, and the units
 -- count as its own (code 0) while no live waiter older than it stands
--- there and they fit beside the live holders'; it keeps its entry, so
--- that a newcomer's first attempt (shared_acquire.lua) sees it and
--- queues behind. Its confirm checks both again. A leave wakes the line's
--- head (wake_permit): the units it waited for may fit the next one.
+-- there and they fit; it keeps its entry, so that newcomers queue behind
+-- it. Its confirm checks both again. A leave wakes the line's head: the
+-- units it waited for may fit the next one.
 if permits then
   for i = first, last do
     local k, code = keys[i], 0
     if mode == 'P' then
       if lined[i] and leave_mine(k) then
-        wake_permit(k, now)
+        wake(k, now, false)
       end
     elseif not held[i].mine then
       code = join(k, false, false)
       if held[i].used + units[i] <= limits[i] then
-        drop_dead(k, now)
+        drop_dead(k, now, 0)
         if not writer_before(k, ticket, now, true) then
           code = 0
         end
@@ -249,7 +239,7 @@ for i = first, last do
   elseif mode == 'l' then
     if lined[i] and leave_mine(k) and v and string.byte(v, 1) == 126 then
       -- Held shared: readers behind a writer that leaves may join now.
-      wake_readers(k, now)
+      wake(k, now, true)
     end
     if mine then
       if string.byte(v, -1) == 33 then -- '!'
@@ -277,15 +267,10 @@ for i = first, last do
     end
   elseif not v or mine then
     if lined[i] and older_waits(k) then
-      -- An older waiter stands in line: the key is its. (A free key
-      -- whose queue has waiters: a reservation expired unused, or a
-      -- script-free release deleted it.) The waiter joins first and the
-      -- key is handed off after: the hand-off pops the head, and were
-      -- the head the line's last entry the line would be gone, and a
-      -- join after it would touch a missing key, which in a slot
-      -- MIGRATING away is refused after this call's writes (docs/faults.md
-      -- bug 11). With the waiter in line, the line stays and the
-      -- hand-off writes the key marked.
+      -- An older waiter stands in line (a reservation lapsed, a
+      -- script-free release): the key is its. The waiter joins before
+      -- the hand-off pops the head, so that the line stays (rule M) and
+      -- the hand-off writes the key marked.
       code = join(k, false, true)
       hand_off(k, now)
     else

@@ -132,10 +132,7 @@ end
 -- holder other than me (expired members, crashed holders', stay until the
 -- set goes or a renewal prunes them: they count for nothing), nil when
 -- there is none. O(log n). A release reads it before it writes: its ZREM
--- of the last member deletes the set, and in a slot MIGRATING away Redis
--- refuses any later command on the then missing set ("non local key"),
--- failing the call after its writes (the lock value then outlived its
--- holders: TestMigratingSlotLastReader).
+-- of the last member deletes the set (rule M; TestMigratingSlotLastReader).
 local function shared_latest(s, now, me)
   local last = redis.call('ZRANGE', s, '+inf', '(' .. string.format('%d', now), 'BYSCORE', 'REV', 'LIMIT', 0, 2, 'WITHSCORES')
   if last[1] == me then
@@ -146,15 +143,11 @@ end
 
 -- shared_rest returns what a release of holder me needs to know of the
 -- others, me's live score in holders set s being exp (score: as ZSCORE
--- wrote it, which ZCOUNT takes back without a string.format): exp itself
--- when one of them expires no earlier than me (the release then only
--- takes me out: nothing need shorten), else shared_latest's answer (nil
--- when no other is live); and the count of holders expiring no earlier
--- than me, me included, for shared_leave. The common case, a leaver that
--- did not join last, costs one ZCOUNT (an integer reply) instead of
--- shared_latest's ZRANGE with scores, about a microsecond less on a set
--- of 50 holders. Scores at or above exp are live (exp is), so the count
--- needs no bound at now. Reads only, for shared_latest's reason.
+-- wrote it): exp itself when another expires no earlier (nothing need
+-- shorten), else shared_latest's answer; and the count of holders
+-- expiring no earlier than me, me included, for shared_leave. The common
+-- case costs one ZCOUNT, a microsecond less than shared_latest on 50
+-- holders. Reads only, for shared_latest's reason.
 local function shared_rest(s, now, me, exp, score)
   local n = redis.call('ZCOUNT', s, score, '+inf')
   if n > 1 then
@@ -163,20 +156,15 @@ local function shared_rest(s, now, me, exp, score)
   return shared_latest(s, now, me), n
 end
 
--- A holders set of up to 128 members of up to 64 bytes (Redis's default
--- zset-max-listpack-entries and -value) is kept as a listpack, in which
--- ZADD, ZREM and ZSCORE scan the whole list and move its tail: under 50
--- readers of one key a join and a release spent about 2 us more on the
--- set than with the skiplist form, whose operations are O(log n). One
--- member longer than 64 bytes turns a set into a skiplist, and Redis
--- 7.0 never turns it back while it lives (ZREM does not; only an RDB
--- load or a full resync may), so a release that finds SKIPLIST_AT
--- holders expiring no earlier than itself adds SKIPLIST_PAD and removes
--- it again with itself in one ZREM: no other client ever sees it, and
--- the set keeps at least one member. Small sets stay listpacks (a
--- skiplist set of two holders takes about 1,000 bytes, a listpack about
--- 150); a set that is already a skiplist pays two commands more at
--- that one count. The pad is not base64url, so it is never a token.
+-- A holders set of up to 128 members of up to 64 bytes is a listpack,
+-- which ZADD, ZREM and ZSCORE scan: under 50 readers of one key a join
+-- and a release cost about 2 us more than on a skiplist (O(log n)). A
+-- member over 64 bytes makes the set a skiplist for as long as it lives,
+-- so a release that finds SKIPLIST_AT holders expiring no earlier than
+-- itself adds SKIPLIST_PAD and removes it with itself in one ZREM (no
+-- client sees it; the set keeps a member). Small sets stay listpacks
+-- (about 150 bytes for two holders, against 1,000). The pad is not
+-- base64url: never a token.
 local SKIPLIST_AT = 32
 local SKIPLIST_PAD = string.rep('#', 65)
 
@@ -203,16 +191,11 @@ local function later_expiry(k, ttl)
 end
 
 -- shared_cover makes shared key k and its holders set s live at least
--- until at (ms, server time), and never shortens either. In one reader's
--- join it costs two calls where later_expiry on both cost two when the
--- expiry moves and four when it does not (PEXPIRE GT answers 0 both for a
--- later expiry and for none, and then needs a PTTL): under a stream of
--- readers most joins fall in a millisecond another reader's join already
--- covered. The set's expiry is read (or given as sexp, PEXPIRETIME's
--- answer read earlier in the call), for the one case where it has none
--- (just created beside a lock key whose set an operator deleted); the
--- lock key always has one (every script writes it with PX or KEEPTTL), so
--- PEXPIREAT GT alone keeps it.
+-- until at (ms, server time), never shortening either, in two calls
+-- (later_expiry on both takes four when the expiry does not move, the
+-- common case under a stream of readers). The set's expiry is read (or
+-- given as sexp, PEXPIRETIME's answer) for the case where it has none;
+-- the lock key always has one, so PEXPIREAT GT alone keeps it.
 local function shared_cover(k, s, at, sexp)
   local a = string.format('%d', at)
   if (sexp or redis.call('PEXPIRETIME', s)) < at then -- earlier, or none (-1, -2)
@@ -242,25 +225,19 @@ local function my_shared_hold(k, me, now)
   return st.mine and st, now
 end
 
--- line_ahead reports whether a live waiter other than a reader by
--- reservation (readers pass readers) stands in lock key k's line, and
--- whether one of those is a waiter by reservation (its entry is 'token
--- inbox'): that one holds no key and may wait for keys the caller holds,
--- so the caller must not wait behind it keeping any (shared_acquire.lua
--- reports such a key as reserved). For a newcomer's first attempt. Reads
--- only.
+-- line_ahead reports whether a live waiter other than a reader (readers
+-- pass readers) stands in lock key k's line: a newcomer's first attempt
+-- does not pass it, nor wait behind it keeping any key (that waiter holds
+-- nothing and may wait for the newcomer's keys: shared_acquire.lua
+-- reports the key as reserved). Reads only.
 local function line_ahead(k, now)
   local _, qd = queue_keys(k)
-  local ahead = false
   for _, w in ipairs(redis.call('ZRANGE', qd, '(' .. string.format('%d', now), '+inf', 'BYSCORE')) do
     if string.byte(w, -1) ~= 126 then -- not READER
-      if string.find(w, ' ', 1, true) then
-        return true, true
-      end
-      ahead = true
+      return true
     end
   end
-  return ahead, false
+  return false
 end
 
 -- prune deletes the fields of holders whose expiry passed.
@@ -270,56 +247,42 @@ local function prune(h, dead)
   end
 end
 
--- WAKE_MAX bounds how many readers one grant wakes (wake_readers).
+-- WAKE_MAX bounds how many readers one call wakes.
 local WAKE_MAX = 64
 
--- wake_readers is called by the confirm of a reader by reservation that
--- has just been granted lock key k shared (read before its first write:
--- the queue exists) while others wait: the live readers by reservation at
--- the head of k's line, up to the first live writer, may join it now.
--- Each is sent a hand-off naming its entry ('h <key> <token/seq>', as
--- hand_off's), which its evidence takes as the key being its own: its
--- confirm checks that no writer is before it (writer_before). Nothing is
--- written: the key stays shared.
-local function wake_readers(k, now)
+-- wake tells waiters at the head of lock key k's line (read before the
+-- caller's first write) that what they wait for may be theirs now: a
+-- hand-off naming the entry ('h <key> <token/seq>', as hand_off's), which
+-- the waiter's evidence takes as the key being its own; its confirm
+-- checks. With readers (a reader was granted the key shared, or a writer
+-- left its line), the live readers up to the first live writer that is
+-- heard; else (a permit) the oldest live waiter that hears the message,
+-- dropping up to DEAF_SCAN nobody heard (their process is gone), as
+-- hand_off does. Nothing else is written.
+local function wake(k, now, readers)
   local q, qd = queue_keys(k)
-  local head = redis.pcall('ZRANGE', q, 0, WAKE_MAX - 1)
+  local head = redis.pcall('ZRANGE', q, 0, readers and WAKE_MAX - 1 or DEAF_SCAN)
   if head.err then
     return
   end
   for _, m in ipairs(head) do
     local d = redis.pcall('ZSCORE', qd, m)
-    if type(d) == 'string' and tonumber(d) > now then
-      local _, _, inbox, reader = entry_parse(m)
-      if not reader then
-        return
-      end
-      publish(inbox, 'h ' .. k .. ' ' .. string.sub(m, 1, string.find(m, ' ', 1, true) - 1))
-    end
-  end
-end
-
--- wake_permit tells the oldest live waiter by reservation in permit hash
--- k's line (read before the caller's first write) that units may fit it
--- now: a hand-off naming its entry, which its evidence takes as the
--- permit being its own; its confirm checks. Nothing is written but the
--- entries of waiters nobody heard (SPUBLISH answers 0: their process is
--- gone), which are dropped, at most DEAF_SCAN of them, as hand_off does.
-local function wake_permit(k, now)
-  local q, qd = queue_keys(k)
-  local head = redis.pcall('ZRANGE', q, 0, DEAF_SCAN)
-  if head.err then
-    return
-  end
-  for _, m in ipairs(head) do
-    local d = redis.pcall('ZSCORE', qd, m)
-    local _, _, inbox = entry_parse(m)
+    local _, _, inbox, reader = entry_parse(m)
     if inbox and type(d) == 'string' and tonumber(d) > now then
-      if publish(inbox, 'h ' .. k .. ' ' .. string.sub(m, 1, string.find(m, ' ', 1, true) - 1)) ~= 0 then
-        return
+      if readers and not reader then
+        if heard(m) then
+          return
+        end
+      else
+        local n = publish(inbox, 'h ' .. k .. ' ' .. string.sub(m, 1, string.find(m, ' ', 1, true) - 1))
+        if not readers then
+          if n ~= 0 then
+            return
+          end
+          redis.pcall('ZREM', q, m)
+          redis.pcall('ZREM', qd, m)
+        end
       end
-      redis.pcall('ZREM', q, m)
-      redis.pcall('ZREM', qd, m)
     end
   end
 end

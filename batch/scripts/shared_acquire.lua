@@ -15,7 +15,7 @@
 --         shared key that is free, reserved for it, or held shared with no
 --         live writer older than it in line (writer_before), leaves its
 --         own entries, and wakes the readers at the head of the line
---         (wake_readers).
+--         (wake).
 -- ARGV[5] 's' shared keys or 'p' permits, ARGV[6..] the entries
 --         (request_entries in shared.lua)
 --
@@ -94,38 +94,31 @@ for i = first, last do
     if ticket and handed[i] then
       own[i], others[i] = own_entries(k, me, ticket)
     end
-    local ahead, behind_reservation = false, false
+    local ahead = false
     if v and is_shared(v) and string.byte(v, -1) == 33 -- '!'
       and not shared_holders(k, v, me, now).mine then
-      -- Writer preference turns away new readers only. A reader that
-      -- holds the key already (a later attempt of a request that keeps
-      -- it in its prefix while it waits for a later key) counts it as
-      -- taken, as acquire.lua counts a key its holder holds: refused
-      -- here, it would wait for its own key while the writer before it
-      -- in line waits for that reader's release, each for the other
-      -- until the reader's Wait ran out.
+      -- Writer preference turns away new readers only: a reader that
+      -- holds the key already (a waiter without a ticket keeps its
+      -- prefix) counts it as taken, or it would wait for its own key
+      -- while the writer before it waits for its release.
       if ticket then
         ahead = handed[i] and writer_before(k, ticket, now)
       else
-        ahead, behind_reservation = line_ahead(k, now)
+        ahead = line_ahead(k, now)
       end
     end
     if v and not is_shared(v) then
       busy = redis.call('PTTL', k)
     elseif ahead then
       busy = redis.call('PTTL', k)
-      yields[i] = behind_reservation
+      yields[i] = not ticket
     elseif v then
       local tok = string.sub(holder_of(v), 2) -- the one holder, or '' (set form)
       local h = {inline = tok ~= '' and tok or nil, mine = tok == me}
       if tok ~= me then
-        -- The write phase will ZADD to the holders set: read it now. In a
-        -- slot MIGRATING away a set missing here fails the call on the
-        -- command that touches it ("non local key") and Redis keeps what
-        -- was written before: this read makes that refusal come before
-        -- any write. It reads the set's expiry, which shared_cover needs
-        -- (nothing this call writes before it changes that expiry but
-        -- the set form's creation, which reads it again).
+        -- The write phase will ZADD to the holders set: read it now
+        -- (rule M), with its expiry, which shared_cover needs (only the
+        -- set form's creation changes it before then, and reads it again).
         h.s = companion(k, 's')
         h.sexp = redis.call('PEXPIRETIME', h.s)
       end
@@ -188,7 +181,7 @@ for i = first, stop - 1 do
     if ticket and handed[i] then
       leave_own(k, own[i])
       if others[i] then
-        wake_permit(k, now) -- the next may fit in what is left
+        wake(k, now, false) -- the next may fit in what is left
       end
     end
   else
@@ -224,17 +217,12 @@ for i = first, stop - 1 do
       -- that stood in it (or was handed the key, which popped its entry)
       -- had readers behind it: another reader's take changes nothing
       -- for the line.
-      wake_readers(k, now)
+      wake(k, now, true)
     end
   end
 end
 if stop <= last and not permits then
-  -- Mark the key, as acquire.lua does: its release hands it on.
-  local k = keys[stop]
-  local v = redis.call('GET', k)
-  if v and string.byte(v, -1) ~= 33 then -- '!'
-    redis.call('SET', k, v .. '!', 'KEEPTTL')
-  end
+  mark_key(keys[stop], redis.call('GET', keys[stop])) -- as acquire.lua does
 end
 out[1] = stop - first
 return out

@@ -56,7 +56,7 @@ for i = first, last do
     if not rest then -- no one else
       redis.call('DEL', h)
       if permits and st.lined then
-        wake_permit(k, now)
+        wake(k, now, false)
       end
       if st.marked then
         hand_off(k, now)
@@ -71,7 +71,7 @@ for i = first, last do
         shared_leave(h, me, st.later)
       end
       if permits and st.lined then
-        wake_permit(k, now) -- its units may fit the line's head now
+        wake(k, now, false) -- its units may fit the line's head now
       end
       if permits or rest < st.exp then
         -- Ours was the latest expiry: bring the keys down to the latest
