@@ -238,17 +238,19 @@ func TestReserveNamesItsCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	early := float64(now[0]*1000 + now[1]/1000 + 1000)
-	s.do(ctx, t, []string{"ZADD", s.qd, "XX", fmt.Sprintf("%.0f", early), entry})
-	// r:8 keeps the entry and writes nothing (REFRESH_EVERY: a kept
-	// entry's deadline is pushed every third round); r:9 pushes it.
-	// Mutation checked: enqueue_at pushing on every join.
+	// r:8 keeps the entry and writes nothing while more than half of
+	// ENTRY_MS is left (a deadline a minute away); r:9, with one second
+	// left, pushes it. Mutation checked: enqueue_at pushing on every join.
+	far := float64(now[0]*1000 + now[1]/1000 + 60_000)
+	s.do(ctx, t, []string{"ZADD", s.qd, "XX", fmt.Sprintf("%.0f", far), entry})
 	if c := s.reserveAt(ctx, t, waiter, ticket, inbox, "r:8"); c[0] != 7 {
 		t.Errorf("held key, r:8 after r:7: code %d, want 7 (the entry kept)", c[0])
 	}
-	if d := s.deadline(ctx, entry); d != early {
-		t.Errorf("r:8 moved the entry's deadline from %.0f to %.0f", early, d)
+	if d := s.deadline(ctx, entry); d != far {
+		t.Errorf("r:8 moved the entry's deadline from %.0f to %.0f", far, d)
 	}
+	early := float64(now[0]*1000 + now[1]/1000 + 1000)
+	s.do(ctx, t, []string{"ZADD", s.qd, "XX", fmt.Sprintf("%.0f", early), entry})
 	if c := s.reserveAt(ctx, t, waiter, ticket, inbox, "r:9"); c[0] != 7 {
 		t.Errorf("held key, r:9 after r:7: code %d, want 7 (the entry kept)", c[0])
 	}
@@ -545,8 +547,20 @@ func TestLeaveWakesTheReadersBehind(t *testing.T) {
 	subscribe(ctx, t, s.n, win)
 	msgs := subscribe(ctx, t, s.n, rin)
 	s.do(ctx, t, []string{"DEL", s.lock, s.q, s.qd}, []string{"SET", s.lock, "~r0!", "PX", "30000"},
-		[]string{"ZADD", s.q, "100", "w/1 " + win, "200", "r/1 " + rin + "~"},
-		[]string{"ZADD", s.qd, "99999999999999", "w/1 " + win, "99999999999999", "r/1 " + rin + "~"})
+		[]string{"ZADD", s.q, "50", "x/1 " + win + "~", "200", "r/1 " + rin + "~"},
+		[]string{"ZADD", s.qd, "99999999999999", "x/1 " + win + "~", "99999999999999", "r/1 " + rin + "~"})
+	// A reader that leaves wakes nobody: its leave changes nothing for
+	// the readers behind it. (A message would come with the reply: 200 ms
+	// to see that none does.) Mutation checked: waking on any leave.
+	if c := s.reserveAt(ctx, t, "x", "50", win, "l:2"); c[0] != 0 {
+		t.Fatalf("reader's leave: code %d", c[0])
+	}
+	select {
+	case m := <-msgs:
+		t.Errorf("message %q after a reader's leave", m)
+	case <-time.After(200 * time.Millisecond):
+	}
+	s.do(ctx, t, []string{"ZADD", s.q, "100", "w/1 " + win}, []string{"ZADD", s.qd, "99999999999999", "w/1 " + win})
 	if c := s.reserveAt(ctx, t, "w", "100", win, "l:2"); c[0] != 0 {
 		t.Fatalf("leave: code %d", c[0])
 	}

@@ -59,13 +59,11 @@ local function slot_key(k, suffix)
   return string.sub(k, 1, b) .. suffix
 end
 
--- publish sends a wake-up on a sharded channel, protected: a script that
--- has already written must not fail at its publish (an ACL user without
--- channel rights, a channel of a slot this node no longer serves), or its
--- caller would read an error reply for a call whose writes stayed. A lost
--- message costs a waiter its timer, never a lock. It returns how many
--- clients of this node heard it (SPUBLISH's answer; hand_off asks), or
--- the error table of a publish that failed, which says nothing of them.
+-- publish sends a wake-up on a sharded channel through pcall: a script
+-- that has written must not fail at its publish (no channel rights, a slot
+-- this node no longer serves), and a lost message costs a waiter its
+-- timer, never a lock. It returns how many clients of this node heard it,
+-- or the error of a publish that failed, which says nothing of them.
 local function publish(ch, msg)
   return redis.pcall('SPUBLISH', ch, msg)
 end
@@ -297,13 +295,12 @@ local function mark_key(k, v)
 end
 
 -- enqueue_at puts member in lock key k's queue with score and marks k's
--- value v; with push (a new entry, or a periodic refresh) it gives the
--- member the deadline now + ENTRY_MS (server ms) and both keys 2 *
--- ENTRY_MS to live. A refresh that pushes nothing writes nothing: a live
--- waiter pushes at least every REFRESH_EVERY rounds, well within
--- ENTRY_MS (join in reserve.lua). The caller has read k and its queue
--- (rule M). Numbers go through string.format: tostring would print them
--- in exponent form.
+-- value v; with push (a new entry, or one whose deadline is near) it
+-- gives the member the deadline now + ENTRY_MS (server ms) and both keys
+-- 2 * ENTRY_MS to live; without, it writes nothing to the queue (join in
+-- reserve.lua decides). The caller has read k and its queue (rule M).
+-- Numbers go through string.format: tostring would print them in
+-- exponent form.
 local function enqueue_at(k, v, member, score, now, push)
   if push then
     local q, qd = queue_keys(k)
@@ -391,18 +388,14 @@ local function hand_off(k, now)
 end
 
 -- take_free is the acquire scripts' fast path: it takes keys[first..last]
--- with one SET NX PX each (check and write in one call), writing val. It
+-- with one SET NX PX each, writing val (px: the string it came as). It
 -- returns the script's reply when every key was free ({n, 0}) or when a
--- SET failed (the error: a slot this node no longer serves, a migrating
--- slot, a wrong type; caught by pcall so that the undo still runs), and
--- nil at the first key that was not free. Either way but the first, the
--- keys it set are deleted again: the script runs alone, so no client sees
--- them, and the caller's general path decides as if nothing had been
--- written. px goes to SET as the string it came as (a Lua number would be
--- formatted again at every call). With old, each SET also asks for the
--- key's value (SET NX GET: lock keys are strings), and a nil answer comes
--- with the index and value of the key that was not free, which the
--- caller's general path then need not read again.
+-- SET failed (the error, caught by pcall so that the undo runs), and nil
+-- at the first key that was not free. Either way but the first, the keys
+-- it set are deleted again (the script runs alone: no client sees them),
+-- and the caller's general path decides as if nothing had been written.
+-- With old, each SET is SET NX GET, and a nil answer comes with the index
+-- and value of the key that was not free, which need not be read again.
 local function take_free(keys, first, last, val, px, old)
   for i = first, last do
     local r, taken

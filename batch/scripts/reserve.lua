@@ -33,8 +33,9 @@
 -- its queue alone, so that it can never give away or shorten what the
 -- waiter's later calls may have reported as its own.
 --
--- Mode 'r', per key (a key the owner of a reentrant waiter holds is left
--- as it is, and so is its queue but for the waiter's own entries):
+-- Mode 'r', per key (a key the owner of a reentrant waiter holds
+-- exclusively is left as it is, and so is its queue but for the waiter's
+-- own entries, unless the waiter wants it shared: there is no downgrade):
 --   free, reserved for the waiter (and not guarded), or held by it (its
 --   first attempt's bare SET, or a confirm that failed on another node):
 --   if the key's queue has a live waiter older than this one, the key is
@@ -137,23 +138,26 @@ end
 local out = {tonumber(t[1]), tonumber(t[2])}
 
 -- leave_mine takes the waiter's entries (under any inbox: own_entries)
--- out of lock key k's queue and returns whether others remain. This
--- call's own ZREMs may have deleted the queue since it was read: pcall
--- (rule M), a refusal meaning empty.
+-- out of lock key k's queue and returns whether others remain, and
+-- whether it took a writer's entry. This call's own ZREMs may have
+-- deleted the queue since it was read: pcall (rule M), a refusal meaning
+-- empty.
 local function leave_mine(k)
   local q, qd = queue_keys(k)
   local mine = redis.pcall('ZRANGE', q, ticket, ticket, 'BYSCORE')
   if mine.err then
-    return false
+    return false, false
   end
+  local writer = false
   for _, m in ipairs(mine) do
     if entry_of(m, waiter) then
       redis.call('ZREM', q, m)
       redis.pcall('ZREM', qd, m)
+      writer = writer or string.byte(m, -1) ~= 126 -- not READER
     end
   end
   local n = redis.pcall('ZCARD', q)
-  return type(n) == 'number' and n > 0
+  return type(n) == 'number' and n > 0, writer
 end
 
 -- join puts the waiter in lock key k's queue, ordered by its ticket, marks
@@ -165,9 +169,8 @@ end
 -- new entry of this call. Other entries of its own (under another inbox,
 -- from before a reshard, or without a seq) are replaced. Round 1 has none
 -- to look for (sent again after a redirect, it meets its own member: ZADD
--- NX keeps it). A kept entry's deadline is pushed every REFRESH_EVERY
--- rounds only (enqueue_at).
-local REFRESH_EVERY = 3
+-- NX keeps it). A kept entry's deadline is pushed only when less than
+-- half of ENTRY_MS is left (enqueue_at): most refreshes write nothing.
 local function join(k, v, fresh)
   local q, qd = queue_keys(k)
   local member, e, stale = me, seq, {}
@@ -184,7 +187,12 @@ local function join(k, v, fresh)
   end
   -- The entry goes in before the stale ones go (rule M: the queue is
   -- never empty in between).
-  enqueue_at(k, v, member, ticket, now, member == me or seq % REFRESH_EVERY == 0)
+  local push = member == me
+  if not push then
+    local d = redis.pcall('ZSCORE', qd, member) -- read at the start (rule M)
+    push = type(d) ~= 'string' or tonumber(d) < now + ENTRY_MS / 2
+  end
+  enqueue_at(k, v, member, ticket, now, push)
   if #stale > 0 then
     redis.call('ZREM', q, unpack(stale))
     redis.pcall('ZREM', qd, unpack(stale))
@@ -237,7 +245,11 @@ for i = first, last do
   if guarded then
     code = -1
   elseif mode == 'l' then
-    if lined[i] and leave_mine(k) and v and string.byte(v, 1) == 126 then
+    local more, writer = false, false
+    if lined[i] then
+      more, writer = leave_mine(k)
+    end
+    if more and writer and v and string.byte(v, 1) == 126 then
       -- Held shared: readers behind a writer that leaves may join now.
       wake(k, now, true)
     end

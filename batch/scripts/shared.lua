@@ -268,12 +268,12 @@ local function wake(k, now, readers)
   for _, m in ipairs(head) do
     local d = redis.pcall('ZSCORE', qd, m)
     local _, _, inbox, reader = entry_parse(m)
-    if inbox and type(d) == 'string' and tonumber(d) > now then
+    if type(d) == 'string' and tonumber(d) > now then
       if readers and not reader then
         if heard(m) then
           return
         end
-      else
+      elseif inbox then
         local n = publish(inbox, 'h ' .. k .. ' ' .. string.sub(m, 1, string.find(m, ' ', 1, true) - 1))
         if not readers then
           if n ~= 0 then

@@ -151,11 +151,9 @@ for i = first, last do
     if stop > last then
       stop = i
     end
-    -- A key reserved for a waiter is reported negated, as acquire.lua
-    -- does: the protocol gives its whole prefix back before it waits for
-    -- one (a waiter by reservation may be waiting for that prefix). So is
-    -- a shared key whose line has a waiter by reservation before us
-    -- (writer preference): waiting behind it is waiting for it.
+    -- Reported negated, as acquire.lua does, when reserved for a waiter
+    -- or waited for by one before us (writer preference): the protocol
+    -- gives its whole prefix back first (that waiter may wait for it).
     local reserved = (vals[i] and reserved_for(vals[i])) or yields[i]
     conflicts[#conflicts + 1] = reserved and first - i - 1 or i - first + 1
     conflicts[#conflicts + 1] = busy

@@ -188,7 +188,9 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 	// reserve round that keeps proving keys a confirm keeps refusing (the
 	// scripts disagreeing on whose a key is) must not spin at the round
 	// trip's pace. One failure is ordinary (a reservation lapsed); from
-	// the second on, each costs a pause (Backoff).
+	// the second on, the next confirm waits a pause (Backoff), taken after
+	// the reserve round that turned what the failed one took into
+	// reservations, so that nothing is held in the pause.
 	failed := 0
 	for {
 		if ctx.Err() != nil {
@@ -230,6 +232,11 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 		}
 		// Every key proved reserved: the confirm takes them.
 		if ws.ready() {
+			if failed > 1 {
+				if err := SleepCtx(ctx, Backoff(failed)); err != nil {
+					return leave(err)
+				}
+			}
 			t0 := time.Now()
 			a := s.Attempt(ctx, set, 0, r, AttemptOptions{Mode: Confirm, Ticket: ticket})
 			r.Stats.attempt(&a)
@@ -250,11 +257,7 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 			if err := holdNothing(); err != nil {
 				return leave(err)
 			}
-			if failed++; failed > 1 {
-				if err := SleepCtx(ctx, Backoff(failed)); err != nil {
-					return leave(err)
-				}
-			}
+			failed++
 			reserve = true
 			continue
 		}
