@@ -6,11 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/slotlock/slotlock"
-	"github.com/slotlock/slotlock/internal/lockval"
 	"github.com/slotlock/slotlock/slot"
 )
 
@@ -32,9 +30,7 @@ func TestPermitsFirstComeFirstServed(t *testing.T) {
 			e := newEnv(t)
 			ctx := ctxT(t, 60*time.Second)
 			opt := slotlock.Options{TTL: 30 * time.Second, PerSlot: m.perSlot}
-			units := func(u int64, wait time.Duration) slotlock.Request {
-				return slotlock.Request{Permits: []slotlock.Permit{{Resource: "pool", Units: u, Limit: 4}}, Wait: wait}
-			}
+			units := func(u int64, wait time.Duration) slotlock.Request { return permitRequest("pool", u, wait) }
 			h, err := e.ownLocker(opt).Acquire(ctx, units(3, 0))
 			require.NoError(t, err)
 
@@ -112,20 +108,9 @@ func (e *env) permitLine(ctx context.Context, resource string) int64 {
 	return n
 }
 
-// lineByHand puts a made-up waiter by reservation, whose inbox nobody
-// listens on (its process was killed), at the head of a line (q, qd: its
-// order and deadline keys), with a deadline a minute away: only its
-// deafness can pass it.
-func (e *env) lineByHand(ctx context.Context, q, qd, member string) {
-	e.t.Helper()
-	for _, cmd := range []rueidis.Completed{
-		e.client.B().Zadd().Key(q).ScoreMember().ScoreMember(1, member).Build(),
-		e.client.B().Zadd().Key(qd).ScoreMember().ScoreMember(float64(time.Now().Add(time.Minute).UnixMilli()), member).Build(),
-		e.client.B().Pexpire().Key(q).Milliseconds(60_000).Build(),
-		e.client.B().Pexpire().Key(qd).Milliseconds(60_000).Build(),
-	} {
-		require.NoError(e.t, e.client.Do(ctx, cmd).Error())
-	}
+// permitRequest asks for units of resource (limit 4), waiting wait.
+func permitRequest(resource string, units int64, wait time.Duration) slotlock.Request {
+	return slotlock.Request{Permits: []slotlock.Permit{{Resource: resource, Units: units, Limit: 4}}, Wait: wait}
 }
 
 // TestAKilledWaiterBlocksNoNewcomer: a waiter killed at the head of a
@@ -144,27 +129,25 @@ func TestAKilledWaiterBlocksNoNewcomer(t *testing.T) {
 			opt := slotlock.Options{TTL: 30 * time.Second, PerSlot: m.perSlot}
 			names, err := slot.NewNamer(e.prefix)
 			require.NoError(t, err)
-			dead := func(tagged string) string { // an entry whose inbox is in tagged's slot
+			// The killed waiter: the oldest ticket, a deadline a minute
+			// away (only its deafness can pass it), an inbox in the line's
+			// slot that nobody listens on.
+			dead := func(tagged string) string {
 				return "dead/1 " + tagged[:strings.IndexByte(tagged, '}')+1] + "#in:gone"
 			}
 
-			units := func(u int64) slotlock.Request {
-				return slotlock.Request{Permits: []slotlock.Permit{{Resource: "kw", Units: u, Limit: 4}}, Wait: 6 * time.Second}
-			}
-			h, err := e.ownLocker(opt).Acquire(ctx, units(2))
+			h, err := e.ownLocker(opt).Acquire(ctx, permitRequest("kw", 2, 0))
 			require.NoError(t, err)
 			q, qd := names.PermitQueueKeysInSlot("kw", slot.KeySlot("kw"))
-			e.lineByHand(ctx, q, qd, dead(q))
-			p, err := e.ownLocker(opt).Acquire(ctx, units(2))
+			e.entryByHand(ctx, q, qd, dead(q), 1, e.serverMs(ctx, "kw")+60_000)
+			p, err := e.ownLocker(opt).Acquire(ctx, permitRequest("kw", 2, 6*time.Second))
 			require.NoError(t, err, "a newcomer whose units fit waited for a killed waiter")
 
 			const k = "kw:k"
 			r0, err := e.ownLocker(opt).Acquire(ctx, slotlock.Request{Shared: []string{k}})
 			require.NoError(t, err)
-			q, qd = names.QueueKeysInSlot(k, slot.KeySlot(k))
-			e.lineByHand(ctx, q, qd, dead(q))
-			lk := names.LockKey(k) // marked, as a join marks it
-			require.NoError(t, e.client.Do(ctx, e.client.B().Set().Key(lk).Value(e.lockValue(ctx, k)+lockval.Mark).Keepttl().Build()).Error())
+			q, _ = names.QueueKeysInSlot(k, slot.KeySlot(k))
+			e.enqueueByHand(ctx, k, dead(q), 1, e.serverMs(ctx, k)+60_000) // and marks k, as a join does
 			r1, err := e.ownLocker(opt).Acquire(ctx, slotlock.Request{Shared: []string{k}, Wait: 6 * time.Second})
 			require.NoError(t, err, "a reader waited for a killed writer")
 

@@ -69,19 +69,27 @@ func (e *env) enqueueByHand(ctx context.Context, key, waiter string, us, deadlin
 	names, err := slot.NewNamer(e.prefix)
 	require.NoError(e.t, err)
 	q, qd := names.QueueKeysInSlot(key, slot.KeySlot(key))
+	e.entryByHand(ctx, q, qd, waiter, us, deadlineMs)
 	lk := names.LockKey(key)
-	for _, cmd := range []rueidis.Completed{
-		e.client.B().Zadd().Key(q).ScoreMember().ScoreMember(float64(us), waiter).Build(),
-		e.client.B().Zadd().Key(qd).ScoreMember().ScoreMember(float64(deadlineMs), waiter).Build(),
-		e.client.B().Pexpire().Key(q).Milliseconds(10_000).Build(),
-		e.client.B().Pexpire().Key(qd).Milliseconds(10_000).Build(),
-	} {
-		require.NoError(e.t, e.client.Do(ctx, cmd).Error())
-	}
 	v, err := e.client.Do(ctx, e.client.B().Get().Key(lk).Build()).ToString()
 	require.NoError(e.t, err)
 	if !lockval.Marked(v) {
 		require.NoError(e.t, e.client.Do(ctx, e.client.B().Set().Key(lk).Value(v+lockval.Mark).Keepttl().Build()).Error())
+	}
+}
+
+// entryByHand writes member into a line (q, qd: its order and deadline
+// keys) with ticket us and a deadline of deadlineMs (server time), both
+// keys living a minute.
+func (e *env) entryByHand(ctx context.Context, q, qd, member string, us, deadlineMs int64) {
+	e.t.Helper()
+	for _, cmd := range []rueidis.Completed{
+		e.client.B().Zadd().Key(q).ScoreMember().ScoreMember(float64(us), member).Build(),
+		e.client.B().Zadd().Key(qd).ScoreMember().ScoreMember(float64(deadlineMs), member).Build(),
+		e.client.B().Pexpire().Key(q).Milliseconds(60_000).Build(),
+		e.client.B().Pexpire().Key(qd).Milliseconds(60_000).Build(),
+	} {
+		require.NoError(e.t, e.client.Do(ctx, cmd).Error())
 	}
 }
 
