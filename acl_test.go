@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/slotlock/slotlock"
+	"github.com/slotlock/slotlock/internal/lockval"
 	"github.com/slotlock/slotlock/internal/redistest"
 	"github.com/slotlock/slotlock/slot"
 )
@@ -163,14 +164,14 @@ func TestTLSAndACL(t *testing.T) {
 		if o.Strategy == slotlock.StrategyLua {
 			// A waiter by reservation (per-node and per-slot calls)
 			// listens on its Locker's inbox, which its queue entry names
-			// (token, a space, the inbox): SSUBSCRIBE went through.
+			// (lockval.QueueEntry): SSUBSCRIBE went through.
 			var ch string
-			q, _ := names.QueueKeysInSlot(keys[5], slot.KeySlot(keys[5]))
+			q := names.QueueKeyInSlot(keys[5], slot.KeySlot(keys[5]))
 			require.Eventually(t, func() bool {
 				members, err := cl.Do(ctx, cl.B().Zrange().Key(q).Min("0").Max("-1").Build()).AsStrSlice()
 				for _, m := range members {
-					if _, inbox, ok := strings.Cut(m, " "); err == nil && ok {
-						ch = inbox
+					if x := lockval.QueueEntry(m); err == nil && x.Inbox != "" {
+						ch = x.Inbox
 						return true
 					}
 				}

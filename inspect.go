@@ -93,7 +93,7 @@ func (le *Lease) ID() string { return lockval.Short(le.token) }
 func (l *Locker) OwnerID(id string) string { return lockval.Short(l.ownerToken(id)) }
 
 // inspectReads is the number of commands Inspect sends per key.
-const inspectReads = 9
+const inspectReads = 8
 
 // Inspect reports, per key and in the order given, the state of its lock
 // in Redis: holder, remaining life, holds, fencing token, reservation and
@@ -116,7 +116,7 @@ func (l *Locker) Inspect(ctx context.Context, keys ...string) ([]KeyInfo, error)
 	for i, k := range keys {
 		s := slot.KeySlot(k)
 		lock := l.names.LockKeyInSlot(k, s)
-		q, qd := l.names.QueueKeysInSlot(k, s)
+		q := l.names.QueueKeyInSlot(k, s)
 		out[i] = KeyInfo{Key: k, LockKey: lock, Slot: s, Node: nodeOf(s)}
 		cmds = append(cmds,
 			b.Get().Key(lock).Build(),
@@ -124,7 +124,6 @@ func (l *Locker) Inspect(ctx context.Context, keys ...string) ([]KeyInfo, error)
 			b.Hlen().Key(l.names.HoldCountKeyInSlot(k, s)).Build(),
 			b.Zcard().Key(q).Build(),
 			b.Zrange().Key(q).Min("0").Max(lastWaiter).Withscores().Build(),
-			b.Zrange().Key(qd).Min("0").Max("-1").Withscores().Build(),
 			// The server's clock, for the readers' expiries: PEXPIRETIME
 			// less PTTL of the same key, read one after the other.
 			b.Pexpiretime().Key(lock).Build(),
@@ -239,7 +238,7 @@ func (k *KeyInfo) read(r []rueidis.RedisResult) error {
 		k.Holds, k.Reentrant = max(int(holds), 1), holds > 0
 	}
 	if k.Shared {
-		if err := k.readReaders(r[1], r[6], r[7], r[8]); err != nil {
+		if err := k.readReaders(r[1], r[5], r[6], r[7]); err != nil {
 			return err
 		}
 	}
@@ -252,20 +251,9 @@ func (k *KeyInfo) read(r []rueidis.RedisResult) error {
 	if err != nil {
 		return err
 	}
-	deadlines, err := r[5].AsZScores()
-	if err != nil {
-		return err
-	}
-	until := make(map[string]float64, len(deadlines))
-	for _, d := range deadlines {
-		until[d.Member] = d.Score
-	}
 	for _, w := range line {
-		x := Waiter{ID: lockval.Short(lockval.QueueWaiter(w.Member)), Joined: lockval.QueueJoined(w.Score)}
-		if d, ok := until[w.Member]; ok {
-			x.Deadline = lockval.QueueDeadline(d)
-		}
-		k.Waiters = append(k.Waiters, x)
+		e := lockval.QueueEntry(w.Member)
+		k.Waiters = append(k.Waiters, Waiter{ID: lockval.Short(e.Token), Joined: lockval.QueueJoined(w.Score), Deadline: e.Deadline})
 	}
 	return nil
 }

@@ -102,7 +102,7 @@ func (e *env) permitLine(ctx context.Context, resource string) int64 {
 	e.t.Helper()
 	names, err := slot.NewNamer(e.prefix)
 	require.NoError(e.t, err)
-	q, _ := names.PermitQueueKeysInSlot(resource, slot.KeySlot(resource))
+	q := names.PermitQueueKeyInSlot(resource, slot.KeySlot(resource))
 	n, err := e.client.Do(ctx, e.client.B().Zcard().Key(q).Build()).AsInt64()
 	require.NoError(e.t, err)
 	return n
@@ -138,15 +138,15 @@ func TestAKilledWaiterBlocksNoNewcomer(t *testing.T) {
 
 			h, err := e.ownLocker(opt).Acquire(ctx, permitRequest("kw", 2, 0))
 			require.NoError(t, err)
-			q, qd := names.PermitQueueKeysInSlot("kw", slot.KeySlot("kw"))
-			e.entryByHand(ctx, q, qd, dead(q), 1, e.serverMs(ctx, "kw")+60_000)
+			q := names.PermitQueueKeyInSlot("kw", slot.KeySlot("kw"))
+			e.entryByHand(ctx, q, dead(q), 1, e.serverMs(ctx, "kw")+60_000)
 			p, err := e.ownLocker(opt).Acquire(ctx, permitRequest("kw", 2, 6*time.Second))
 			require.NoError(t, err, "a newcomer whose units fit waited for a killed waiter")
 
 			const k = "kw:k"
 			r0, err := e.ownLocker(opt).Acquire(ctx, slotlock.Request{Shared: []string{k}})
 			require.NoError(t, err)
-			q, _ = names.QueueKeysInSlot(k, slot.KeySlot(k))
+			q = names.QueueKeyInSlot(k, slot.KeySlot(k))
 			e.enqueueByHand(ctx, k, dead(q), 1, e.serverMs(ctx, k)+60_000) // and marks k, as a join does
 			r1, err := e.ownLocker(opt).Acquire(ctx, slotlock.Request{Shared: []string{k}, Wait: 6 * time.Second})
 			require.NoError(t, err, "a reader waited for a killed writer")

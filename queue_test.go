@@ -24,7 +24,7 @@ import (
 // of a marked key hands the key to the oldest live waiter as a
 // reservation that only that waiter takes.
 
-// withoutLines drops the line keys (P{T}#q:K, P{T}#qd:K) of a lockKeys
+// withoutLines drops the line keys (P{T}#q:K, P{T}#q#p:R) of a lockKeys
 // map: the lock keys alone.
 func withoutLines(m map[string]string) map[string]string {
 	out := map[string]string{}
@@ -41,7 +41,7 @@ func (e *env) queueLen(ctx context.Context, key string) int64 {
 	e.t.Helper()
 	names, err := slot.NewNamer(e.prefix)
 	require.NoError(e.t, err)
-	q, _ := names.QueueKeysInSlot(key, slot.KeySlot(key))
+	q := names.QueueKeyInSlot(key, slot.KeySlot(key))
 	n, err := e.client.Do(ctx, e.client.B().Zcard().Key(q).Build()).AsInt64()
 	require.NoError(e.t, err)
 	return n
@@ -61,15 +61,15 @@ func (e *env) lockValue(ctx context.Context, key string) string {
 }
 
 // enqueueByHand puts a made-up waiter by reservation into key's line
-// (member: its entry, 'token/seq inbox'), with ticket µs (server time) and
-// a deadline of deadlineMs (server time), as reserve.lua would, and marks
-// the key.
+// (waiter: its entry without the deadline, 'token/seq inbox'), with
+// ticket µs (server time) and a deadline of deadlineMs (server time), as
+// reserve.lua would, and marks the key.
 func (e *env) enqueueByHand(ctx context.Context, key, waiter string, us, deadlineMs int64) {
 	e.t.Helper()
 	names, err := slot.NewNamer(e.prefix)
 	require.NoError(e.t, err)
-	q, qd := names.QueueKeysInSlot(key, slot.KeySlot(key))
-	e.entryByHand(ctx, q, qd, waiter, us, deadlineMs)
+	q := names.QueueKeyInSlot(key, slot.KeySlot(key))
+	e.entryByHand(ctx, q, waiter, us, deadlineMs)
 	lk := names.LockKey(key)
 	v, err := e.client.Do(ctx, e.client.B().Get().Key(lk).Build()).ToString()
 	require.NoError(e.t, err)
@@ -78,16 +78,15 @@ func (e *env) enqueueByHand(ctx context.Context, key, waiter string, us, deadlin
 	}
 }
 
-// entryByHand writes member into a line (q, qd: its order and deadline
-// keys) with ticket us and a deadline of deadlineMs (server time), both
-// keys living a minute.
-func (e *env) entryByHand(ctx context.Context, q, qd, member string, us, deadlineMs int64) {
+// entryByHand writes entry ('token/seq inbox', the member without its
+// deadline) into line q with ticket us and a deadline of deadlineMs
+// (server time), the line living a minute.
+func (e *env) entryByHand(ctx context.Context, q, entry string, us, deadlineMs int64) {
 	e.t.Helper()
+	member := fmt.Sprintf("%s %d", entry, deadlineMs)
 	for _, cmd := range []rueidis.Completed{
 		e.client.B().Zadd().Key(q).ScoreMember().ScoreMember(float64(us), member).Build(),
-		e.client.B().Zadd().Key(qd).ScoreMember().ScoreMember(float64(deadlineMs), member).Build(),
 		e.client.B().Pexpire().Key(q).Milliseconds(60_000).Build(),
-		e.client.B().Pexpire().Key(qd).Milliseconds(60_000).Build(),
 	} {
 		require.NoError(e.t, e.client.Do(ctx, cmd).Error())
 	}
@@ -378,15 +377,14 @@ func TestYoungerWaiterYieldsToAnOlder(t *testing.T) {
 	ok, err := e.client.Do(ctx, e.client.B().Set().Key(la).Value("x").Nx().Build()).AsBool()
 	require.True(t, rueidis.IsRedisNil(err) || err == nil && !ok, "SET NX took a reserved key: %v", err)
 
-	q, qd := names.QueueKeysInSlot(keys[0], slot.KeySlot(keys[0]))
+	q := names.QueueKeyInSlot(keys[0], slot.KeySlot(keys[0]))
 	const old = "AAAAAAAAAAAAAAAAAAAAAA"
 	oldInbox := names.InboxInSlot("older", slot.KeySlot(keys[0]))
 	e.listen(ctx, oldInbox) // alive (a release would pass over a waiter nobody hears), it never comes
 	now := e.serverMs(ctx, keys[0])
+	e.entryByHand(ctx, q, old+" "+oldInbox, res.Ticket-1000, now+10_000)
 	b := e.client.B()
 	for _, cmd := range []rueidis.Completed{
-		b.Zadd().Key(q).ScoreMember().ScoreMember(float64(res.Ticket-1000), old+" "+oldInbox).Build(),
-		b.Zadd().Key(qd).ScoreMember().ScoreMember(float64(now+10_000), old+" "+oldInbox).Build(),
 		b.Set().Key(la).Value(lockval.FormatReserved(lockval.Reservation{Ticket: res.Ticket, Waiter: res.Waiter, Inbox: res.Inbox, Marked: true})).Xx().Keepttl().Build(),
 		b.Spublish().Channel(res.Inbox).Message(lockval.Yield + la + " " + res.Waiter).Build(),
 	} {

@@ -95,7 +95,7 @@ func (e *env) inLine(ctx context.Context, key string, n int64) {
 	e.t.Helper()
 	names, err := slot.NewNamer(e.prefix)
 	require.NoError(e.t, err)
-	q, _ := names.QueueKeysInSlot(key, slot.KeySlot(key))
+	q := names.QueueKeyInSlot(key, slot.KeySlot(key))
 	for {
 		got, err := e.client.Do(ctx, e.client.B().Zcard().Key(q).Build()).AsInt64()
 		require.NoError(e.t, err)

@@ -26,7 +26,7 @@ func (e *env) lineMembers(ctx context.Context, key string) []string {
 	e.t.Helper()
 	names, err := slot.NewNamer(e.prefix)
 	require.NoError(e.t, err)
-	q, _ := names.QueueKeysInSlot(key, slot.KeySlot(key))
+	q := names.QueueKeyInSlot(key, slot.KeySlot(key))
 	m, err := e.client.Do(ctx, e.client.B().Zrange().Key(q).Min("0").Max("-1").Build()).AsStrSlice()
 	require.NoError(e.t, err)
 	return m
@@ -94,8 +94,8 @@ func TestReservationWaiterMeetsSharedKey(t *testing.T) {
 			// A waiter by reservation's entry: its token, '/', the round
 			// that created it, a space and its inbox on k's node (another
 			// node's than a's, maybe).
-			tok, seq, inbox := lockval.QueueEntry(m[0])
-			require.True(t, tok == res.Waiter && seq >= 1 && inbox != "", "W's entry in k's line is not a waiter by reservation's: %q", m[0])
+			x := lockval.QueueEntry(m[0])
+			require.True(t, x.Token == res.Waiter && x.Seq >= 1 && x.Inbox != "" && !x.Deadline.IsZero(), "W's entry in k's line is not a waiter by reservation's: %q", m[0])
 			kv := e.lockValue(ctx, k)
 			v = lockval.Parse(kv)
 			require.True(t, v.Shared && v.Marked, "k is shared and marked: %q", kv)
@@ -125,7 +125,7 @@ func TestReservationWaiterMeetsSharedKey(t *testing.T) {
 			require.NoError(t, rs[len(rs)-1].Release(ctx))
 			after := e.lockValue(ctx, k)
 			if hr, ok := lockval.ParseReserved(after); ok {
-				require.Equal(t, lockval.Reservation{Ticket: res.Ticket, Waiter: res.Waiter, Inbox: inbox}, lockval.Reservation{Ticket: hr.Ticket, Waiter: hr.Waiter, Inbox: hr.Inbox},
+				require.Equal(t, lockval.Reservation{Ticket: res.Ticket, Waiter: res.Waiter, Inbox: x.Inbox}, lockval.Reservation{Ticket: hr.Ticket, Waiter: hr.Waiter, Inbox: hr.Inbox},
 					"k handed to W's reservation: %q", after)
 			} else {
 				require.Equal(t, res.Waiter, lockval.Holder(after), "k after the last reader's release: %q", after)
@@ -185,7 +185,7 @@ func TestARequestWithSharedKeysWaitsByReservation(t *testing.T) {
 	require.Eventually(t, func() bool { return e.queueLen(ctx, a) == 1 }, 10*time.Second, time.Millisecond)
 	m := e.lineMembers(ctx, a)
 	require.Len(t, m, 1)
-	require.True(t, strings.HasSuffix(m[0], lockval.QueueReader) && strings.Contains(m[0], " "),
+	require.True(t, lockval.QueueEntry(m[0]).Reader && lockval.QueueEntry(m[0]).Inbox != "",
 		"the request stands in a's line as a reader by reservation: %q", m[0])
 	require.Eventually(t, func() bool {
 		_, ok := lockval.ParseReserved(e.lockValue(ctx, x))

@@ -1,7 +1,6 @@
 package slotlock_test
 
 import (
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -69,7 +68,7 @@ func TestReadersQueuedTogetherAreGrantedTogether(t *testing.T) {
 			require.Eventually(t, func() bool { return e.queueLen(ctx, k) == n }, 10*time.Second, time.Millisecond,
 				"the readers stand in k's line")
 			for _, m := range e.lineMembers(ctx, k) {
-				require.True(t, strings.HasSuffix(m, lockval.QueueReader), "not a reader's entry: %q", m)
+				require.True(t, lockval.QueueEntry(m).Reader, "not a reader's entry: %q", m)
 			}
 			require.NoError(t, w.Release(ctx))
 			for range n {

@@ -54,8 +54,7 @@ func (e *Engine) releaseOne(ctx context.Context, set *protocol.Set, i int, who p
 	if !ok {
 		return r, false
 	}
-	q, qd := set.QueueKeys(i)
-	n, err := release1Script.Exec(ctx, e.client, []string{set.Lock[i], q, qd}, []string{who.Holder}).AsInt64()
+	n, err := release1Script.Exec(ctx, e.client, []string{set.Lock[i], set.QueueKey(i)}, []string{who.Holder}).AsInt64()
 	switch err = e.oneKeyErr(node, err); {
 	case err == nil && n == 0:
 		r.Lost = []int{i}

@@ -160,8 +160,7 @@ func (e *Engine) build(c call, j job, eval bool) rueidis.Completed {
 		}
 		if j.queue {
 			for _, i := range c.idx {
-				q, qd := set.QueueKeys(i)
-				keys = append(keys, q, qd)
+				keys = append(keys, set.QueueKey(i))
 			}
 		}
 		if j.kind == 's' {

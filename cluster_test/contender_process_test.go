@@ -401,7 +401,7 @@ func checkIntervals(t *testing.T, evs []contenderEvent) int {
 // queuedEverywhere reports whether every key's line has a waiter.
 func queuedEverywhere(ctx context.Context, client rueidis.Client, names slot.Namer, keys []string) bool {
 	for _, k := range keys {
-		q, _ := names.QueueKeysInSlot(k, slot.KeySlot(k))
+		q := names.QueueKeyInSlot(k, slot.KeySlot(k))
 		if n, err := client.Do(ctx, client.B().Zcard().Key(q).Build()).AsInt64(); err != nil || n == 0 {
 			return false
 		}
@@ -416,13 +416,13 @@ func lineInboxes(ctx context.Context, t *testing.T, client rueidis.Client, names
 	seen := map[string]bool{}
 	var out []string
 	for _, k := range keys {
-		q, _ := names.QueueKeysInSlot(k, slot.KeySlot(k))
+		q := names.QueueKeyInSlot(k, slot.KeySlot(k))
 		entries, err := client.Do(ctx, client.B().Zrange().Key(q).Min("0").Max("-1").Build()).AsStrSlice()
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, m := range entries {
-			if _, _, inbox := lockval.QueueEntry(m); inbox != "" && !seen[inbox] {
+			if inbox := lockval.QueueEntry(m).Inbox; inbox != "" && !seen[inbox] {
 				seen[inbox] = true
 				out = append(out, inbox)
 			}

@@ -36,7 +36,7 @@ func TestFIFOAcrossSeparateProcesses(t *testing.T) {
 	}
 	const n = 6
 	queue := func(k string) []string { // members of k's line, oldest first
-		q, _ := e.names.QueueKeysInSlot(k, slot.KeySlot(k))
+		q := e.names.QueueKeyInSlot(k, slot.KeySlot(k))
 		m, err := client.Do(ctx, client.B().Zrange().Key(q).Min("0").Max("-1").Build()).AsStrSlice()
 		if err != nil {
 			t.Fatal(err)
@@ -60,7 +60,7 @@ func TestFIFOAcrossSeparateProcesses(t *testing.T) {
 	for _, k := range keys {
 		var tokens []string
 		for _, m := range queue(k) {
-			tokens = append(tokens, lockval.QueueWaiter(m))
+			tokens = append(tokens, lockval.QueueEntry(m).Token)
 		}
 		if line == nil {
 			line = tokens

@@ -122,7 +122,7 @@ func TestUnsettledReserveGoesOnUnderANewToken(t *testing.T) {
 		got <- result{le, err}
 	}()
 	// The waiter's token, as its queue entry names it.
-	q, _ := e.names.QueueKeysInSlot(key, slot.KeySlot(key))
+	q := e.names.QueueKeyInSlot(key, slot.KeySlot(key))
 	victim := e.master(e.ctx, key)
 	var first string
 	for first == "" {
@@ -131,7 +131,7 @@ func TestUnsettledReserveGoesOnUnderANewToken(t *testing.T) {
 			t.Fatal(err)
 		}
 		if len(members) > 0 {
-			first = lockval.QueueWaiter(members[0])
+			first = lockval.QueueEntry(members[0]).Token
 		}
 		if e.ctx.Err() != nil {
 			t.Fatal("the waiter never stood in the queue")

@@ -42,7 +42,7 @@ func TestSharedKeyHandedToAWaiterByReservationInAnotherProcess(t *testing.T) {
 	}
 	get := func(key string) string { return e.lockValue(ctx, client, key) }
 	w := startContender(t, contenderSpec{Addrs: e.c.Addrs(), Prefix: e.prefix, TTL: ttl, Keys: []string{a, k}})
-	q, _ := e.names.QueueKeysInSlot(k, slot.KeySlot(k))
+	q := e.names.QueueKeyInSlot(k, slot.KeySlot(k))
 	var res lockval.Reservation
 	var entry string
 	for deadline := time.Now().Add(20 * time.Second); ; {
@@ -58,8 +58,8 @@ func TestSharedKeyHandedToAWaiterByReservationInAnotherProcess(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	tok, seq, inbox := lockval.QueueEntry(entry) // token '/' round ' ' inbox
-	if tok != res.Waiter || seq < 1 || inbox == "" {
+	x := lockval.QueueEntry(entry)
+	if x.Token != res.Waiter || x.Seq < 1 || x.Inbox == "" {
 		t.Fatalf("k's line entry %q is not a waiter by reservation's (token %s)", entry, res.Waiter)
 	}
 	if v := lockval.Parse(get(k)); !v.Shared || !v.Marked {
@@ -80,8 +80,8 @@ func TestSharedKeyHandedToAWaiterByReservationInAnotherProcess(t *testing.T) {
 	}
 	after := get(k)
 	if hr, ok := lockval.ParseReserved(after); ok {
-		if hr.Waiter != res.Waiter || hr.Ticket != res.Ticket || hr.Inbox != inbox || hr.Seq != seq {
-			t.Fatalf("k handed to %+v, want the waiting process's reservation (%s, ticket %d, inbox %s)", hr, res.Waiter, res.Ticket, inbox)
+		if hr.Waiter != res.Waiter || hr.Ticket != res.Ticket || hr.Inbox != x.Inbox || hr.Seq != x.Seq {
+			t.Fatalf("k handed to %+v, want the waiting process's reservation (%s, ticket %d, inbox %s)", hr, res.Waiter, res.Ticket, x.Inbox)
 		}
 	} else if lockval.Holder(after) != res.Waiter {
 		t.Fatalf("k after the last reader's release is %q: not handed to the waiting process (%s)", after, res.Waiter)
@@ -141,7 +141,7 @@ func TestRequestYieldsToAWaiterByReservationInAnotherProcess(t *testing.T) {
 	x, b := sorted[0].Name, sorted[len(sorted)-1].Name
 	get := func(key string) string { return e.lockValue(ctx, client, key) }
 	line := func() []string {
-		q, _ := e.names.QueueKeysInSlot(b, slot.KeySlot(b))
+		q := e.names.QueueKeyInSlot(b, slot.KeySlot(b))
 		m, err := client.Do(ctx, client.B().Zrange().Key(q).Min("0").Max("-1").Build()).AsStrSlice()
 		if err != nil {
 			t.Fatal(err)

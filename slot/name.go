@@ -131,24 +131,17 @@ func (n Namer) PermitKeyInSlot(resource string, s uint16) string {
 	return n.prefix + "{" + Tag(s) + "}#p:" + resource
 }
 
-// PermitQueueKeysInSlot returns the two keys of the line of waiters for
-// permits of resource in slot s = KeySlot(resource): companion(k, 'q')
-// and companion(k, 'qd') of its hash k in batch/scripts/common.lua.
-func (n Namer) PermitQueueKeysInSlot(resource string, s uint16) (order, deadlines string) {
-	p := n.prefix + "{" + Tag(s) + "}"
-	return p + "#q#p:" + resource, p + "#qd#p:" + resource
+// PermitQueueKeyInSlot returns the line of waiters for permits of
+// resource in slot s = KeySlot(resource): companion(k, 'q') of its hash
+// k in batch/scripts/common.lua.
+func (n Namer) PermitQueueKeyInSlot(resource string, s uint16) string {
+	return n.prefix + "{" + Tag(s) + "}#q#p:" + resource
 }
 
-// QueueKeysInSlot returns the two keys of userKey's queue of waiters, in
-// slot s = KeySlot(userKey): the arrival order and the deadlines
-// (queue_keys in batch/scripts/common.lua).
-func (n Namer) QueueKeysInSlot(userKey string, s uint16) (order, deadlines string) {
-	// One string for both (one allocation instead of three): a one-key
-	// release names them every time.
-	t := Tag(s)
-	both := n.prefix + "{" + t + "}#q:" + userKey + n.prefix + "{" + t + "}#qd:" + userKey
-	cut := len(n.prefix) + len(t) + 5 + len(userKey)
-	return both[:cut], both[cut:]
+// QueueKeyInSlot returns userKey's queue of waiters, in slot s =
+// KeySlot(userKey) (queue_key in batch/scripts/common.lua).
+func (n Namer) QueueKeyInSlot(userKey string, s uint16) string {
+	return n.prefix + "{" + Tag(s) + "}#q:" + userKey
 }
 
 // InboxInSlot returns the sharded channel on which the Locker id listens

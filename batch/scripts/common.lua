@@ -70,10 +70,10 @@ end
 
 -- Waiting across processes (docs/design.md, "Waiting by reservation
 -- across processes"). A waiter that meets a held key joins the key's
--- queue, two sorted sets in the key's slot: P{T}#q:K orders entries by
--- ticket (microseconds of server time), each 'token/seq inbox' and, for a
--- reader, READER (entry_parse); P{T}#qd:K gives each its deadline (ms,
--- server time), pushed on by every join of the same waiter. A release of
+-- queue, one sorted set in the key's slot, P{T}#q:K, which orders entries
+-- by ticket (microseconds of server time), each 'token/seq inbox
+-- deadline' (entry_parse): the deadline (server ms) is pushed on by a
+-- later join of the same waiter, which replaces its entry. A release of
 -- a marked key hands it to the oldest live waiter: the key becomes that
 -- waiter's reservation for RESERVE_MS, which only that waiter takes, and
 -- a message on its inbox wakes it. A live waiter renews its reservations
@@ -92,17 +92,17 @@ local RESERVE_MS = 500
 local ENTRY_MS = 3000
 
 -- companion returns lock key P{T}:K's key of kind c in its slot,
--- P{T}#c:K: c is q and qd (its queue), n (its hold set, hold.lua) or s
+-- P{T}#c:K: c is q (its queue), n (its hold set, hold.lua) or s
 -- (its holders, shared.lua); slot.Namer names the same keys.
 local function companion(k, c)
   local b = string.find(k, '}', 1, true)
   return string.sub(k, 1, b) .. '#' .. c .. string.sub(k, b + 1)
 end
 
--- queue_keys returns the queue and deadline keys of lock key P{T}:K:
--- P{T}#q:K and P{T}#qd:K (slot.Namer.QueueKeysInSlot).
-local function queue_keys(k)
-  return companion(k, 'q'), companion(k, 'qd')
+-- queue_key returns the queue of lock key P{T}:K: P{T}#q:K
+-- (slot.Namer.QueueKeyInSlot).
+local function queue_key(k)
+  return companion(k, 'q')
 end
 
 -- lock_keys decodes a call's lock keys, after n - 1 other arguments:
@@ -116,13 +116,12 @@ local function lock_keys(n)
   return ARGV, n, #ARGV
 end
 
--- read_queue reads lock key k's queue keys before a script's first write
--- (rule M) and reports whether either exists. (Calls for one slot also
--- declare them in KEYS, slot.Namer.QueueKeysInSlot, for Redis's
--- migration rules.)
+-- read_queue reads lock key k's queue before a script's first write
+-- (rule M) and reports whether it exists. (Calls for one slot also
+-- declare it in KEYS, slot.Namer.QueueKeyInSlot, for Redis's migration
+-- rules.)
 local function read_queue(k)
-  local q, qd = queue_keys(k)
-  return redis.call('EXISTS', q, qd) > 0
+  return redis.call('EXISTS', queue_key(k)) > 0
 end
 
 -- reserved_for returns the waiter a reserved value names (its token,
@@ -189,21 +188,45 @@ local function entry_of(m, waiter)
   return (b == 47 or b == 32) and string.sub(m, 1, n) == waiter -- '/' or ' '
 end
 
--- entry_parse takes a member of a key's queue apart (lockval.QueueEntry):
--- the token, the seq of the call that created the entry (0 for a waiter
--- in line, an older version's entry or a malformed seq), the inbox (nil
--- for a waiter in line) and whether it is a reader's: a waiter by
--- reservation for a shared key ends its entry with READER, which no inbox
--- ends with (an inbox ends with a Locker id, base64url).
+-- entry_parse takes a member of a key's queue apart (lockval.QueueEntry),
+-- 'token/seq inbox [READER] deadline': the token, the seq of the call
+-- that created the entry (0 for an older version's entry or a malformed
+-- seq), the inbox (nil for an older version's waiter in line), whether it
+-- is a reader's (a waiter by reservation for a shared key puts READER
+-- after its inbox, which ends with a Locker id, base64url) and its
+-- deadline in server ms (nil in an older version's entry, which lives as
+-- long as its queue). An inbox's last word holds '{', so a last word of
+-- digits is the deadline.
 local READER = '~'
 local function entry_parse(m)
   local sp = string.find(m, ' ', 1, true)
   local token, seq = token_seq(sp and string.sub(m, 1, sp - 1) or m)
   if not sp then
-    return token, seq or 0, nil, false
+    return token, seq or 0, nil, false, nil
   end
-  local reader = string.byte(m, -1) == 126 -- READER
-  return token, seq or 0, string.sub(m, sp + 1, reader and -2 or -1), reader
+  local dp = string.find(m, ' %d+$', sp + 1)
+  local inbox = string.sub(m, sp + 1, dp and dp - 1 or -1)
+  local reader = string.byte(inbox, -1) == 126 -- READER
+  if reader then
+    inbox = string.sub(inbox, 1, -2)
+  end
+  return token, seq or 0, inbox, reader, dp and tonumber(string.sub(m, dp + 1))
+end
+
+-- new_entry is the member of an entry of waiter (its token), created by
+-- its call seq, with inbox, a reader's or not, living until deadline
+-- (server ms). Numbers go through string.format: tostring would print
+-- them in exponent form.
+local function new_entry(waiter, seq, inbox, reader, deadline)
+  return waiter .. '/' .. string.format('%d', seq) .. ' ' .. inbox .. (reader and READER or '') .. ' ' ..
+    string.format('%d', deadline)
+end
+
+-- live_entry reports whether queue entry m's deadline has not passed at
+-- server ms now, and whether it is a reader's.
+local function live_entry(m, now)
+  local _, _, _, reader, d = entry_parse(m)
+  return not d or d > now, reader
 end
 
 -- heard reports whether someone listens on the inbox of queue entry m (a
@@ -225,17 +248,14 @@ end
 -- deadline has not passed and its inbox is heard (a killed waiter blocks
 -- nobody). Reads only, through pcall (rule M: then nobody is before it).
 local function writer_before(k, ticket, now, any)
-  local q, qd = queue_keys(k)
-  local older = redis.pcall('ZRANGE', q, '-inf', '(' .. ticket, 'BYSCORE')
+  local older = redis.pcall('ZRANGE', queue_key(k), '-inf', '(' .. ticket, 'BYSCORE')
   if older.err then
     return false
   end
   for _, m in ipairs(older) do
-    if any or string.byte(m, -1) ~= 126 then -- not READER
-      local d = redis.pcall('ZSCORE', qd, m)
-      if type(d) == 'string' and tonumber(d) > now and heard(m) then
-        return true
-      end
+    local live, reader = live_entry(m, now)
+    if live and (any or not reader) and heard(m) then
+      return true
     end
   end
   return false
@@ -246,7 +266,7 @@ end
 -- found by its ticket, and whether the queue holds anyone else. The
 -- confirms read it before their first write (rule M).
 local function own_entries(k, waiter, ticket)
-  local q = queue_keys(k)
+  local q = queue_key(k)
   local n = redis.call('ZCARD', q)
   local found = {}
   if n > 0 and ticket then
@@ -262,9 +282,7 @@ end
 -- leave_own takes the entries own_entries found out of lock key k's queue.
 local function leave_own(k, found)
   if #found > 0 then
-    local q, qd = queue_keys(k)
-    redis.call('ZREM', q, unpack(found)) -- read before: q has them
-    redis.pcall('ZREM', qd, unpack(found)) -- rule M
+    redis.call('ZREM', queue_key(k), unpack(found)) -- read before: q has them
   end
 end
 
@@ -294,49 +312,34 @@ local function mark_key(k, v)
   end
 end
 
--- enqueue_at puts member in lock key k's queue with score and marks k's
--- value v; with push (a new entry, or one whose deadline is near) it
--- gives the member the deadline now + ENTRY_MS (server ms) and both keys
--- 2 * ENTRY_MS to live; without, it writes nothing to the queue (join in
--- reserve.lua decides). The caller has read k and its queue (rule M).
--- Numbers go through string.format: tostring would print them in
--- exponent form.
-local function enqueue_at(k, v, member, score, now, push)
-  if push then
-    local q, qd = queue_keys(k)
-    redis.call('ZADD', q, 'NX', score, member)
-    redis.call('ZADD', qd, string.format('%d', now + ENTRY_MS), member)
-    redis.call('PEXPIRE', q, 2 * ENTRY_MS)
-    redis.call('PEXPIRE', qd, 2 * ENTRY_MS)
-  end
-  mark_key(k, v)
-end
-
--- drop_dead removes the entries of lock key k's queue whose deadline
--- passed (server ms now) and returns the live ones among the first #dead
--- + n + 1 of the order, oldest first ({member, score, ...}), and whether
--- the order may go on past them. Rule M: it reads before its ZREMs, and
--- q may lose its last entry in an earlier chunk (qd keeps every dead one
--- until the last).
+-- drop_dead removes the entries at the head of lock key k's queue whose
+-- deadline passed (server ms now) and returns the first n + 1 live ones,
+-- oldest first ({member, score, ...}; fewer when the queue has fewer),
+-- and whether the queue may go on past them. Dead entries behind them
+-- stay until they reach the head. Rule M: it reads before its ZREMs,
+-- which take only dead entries (so q keeps the live ones).
 local function drop_dead(k, now, n)
-  local q, qd = queue_keys(k)
-  local dead = redis.call('ZRANGE', qd, '-inf', '(' .. string.format('%d', now), 'BYSCORE')
-  local first = redis.call('ZRANGE', q, 0, #dead + n, 'WITHSCORES')
-  local is_dead, live = {}, {}
-  for _, w in ipairs(dead) do
-    is_dead[w] = true
-  end
-  for j = 1, #first, 2 do
-    if not is_dead[first[j]] then
-      live[#live + 1], live[#live + 2] = first[j], first[j + 1]
+  local q = queue_key(k)
+  local live, dead, from, more = {}, {}, 0, true
+  while more and #live < 2 * (n + 1) do
+    local c = redis.call('ZRANGE', q, from, from + n + 8, 'WITHSCORES')
+    more = #c == 2 * (n + 9)
+    for j = 1, #c, 2 do
+      if #live == 2 * (n + 1) then
+        more = true
+        break
+      elseif live_entry(c[j], now) then
+        live[#live + 1], live[#live + 2] = c[j], c[j + 1]
+      else
+        dead[#dead + 1] = c[j]
+      end
     end
+    from = from + n + 9
   end
   for i = 1, #dead, 1000 do -- unpack's stack limit is about 8,000
-    local j = math.min(i + 999, #dead)
-    redis.pcall('ZREM', q, unpack(dead, i, j))
-    redis.call('ZREM', qd, unpack(dead, i, j))
+    redis.pcall('ZREM', q, unpack(dead, i, math.min(i + 999, #dead)))
   end
-  return live, #first / 2 == #dead + n + 1
+  return live, more
 end
 
 -- hand_off gives lock key k, which its owner's script has just given up
@@ -359,19 +362,18 @@ end
 -- is lost. At most DEAF_SCAN are passed over per call. An entry without
 -- an inbox (an older version's waiter in line) is passed over.
 --
--- Rule M: it reads the first #dead + DEAF_SCAN + 2 entries before any
--- write (at most #dead of them are dead, so they hold every waiter it may
--- hand the key to and, when others wait, the one after them), and each
--- entry goes while the ones read after it still keep the queue.
+-- Rule M: drop_dead reads the first DEAF_SCAN + 2 live entries before
+-- any write (every waiter it may hand the key to and, when others wait,
+-- the one after them), and each entry goes while the ones read after it
+-- still keep the queue.
 local DEAF_SCAN = 4
 local function hand_off(k, now)
-  local q, qd = queue_keys(k)
+  local q = queue_key(k)
   local live, full = drop_dead(k, now or now_ms(), DEAF_SCAN + 1)
   local n = #live / 2
   for c = 1, n do
     local head, score = live[2 * c - 1], live[2 * c]
     redis.call('ZREM', q, head) -- a live entry: q has it
-    redis.pcall('ZREM', qd, head) -- rule M
     local _, _, inbox = entry_parse(head)
     if inbox then
       local waiter = string.sub(head, 1, string.find(head, ' ', 1, true) - 1)
@@ -384,7 +386,6 @@ local function hand_off(k, now)
   end
   -- Nobody (left) in line: the order was read to its end.
   redis.call('DEL', k)
-  redis.pcall('DEL', qd) -- deadlines of entries no longer in the order (rule M)
 end
 
 -- take_free is the acquire scripts' fast path: it takes keys[first..last]

@@ -5,8 +5,8 @@
 -- per call. The value is compared with the token before holder_of's
 -- pattern search, as is_mine does (measured with bench/cmd/phases -k 1).
 --
--- KEYS[1] the lock key, KEYS[2] and KEYS[3] its queue keys (touched only
--- when the value is marked; declared for Redis's migration rules);
+-- KEYS[1] the lock key, KEYS[2] its queue (touched only when the value is
+-- marked; declared for Redis's migration rules);
 -- ARGV[1] the holder (lease token). The value's
 -- format, holder ['.' fence] ['!'], is read by holder_of (common.lua, which
 -- precedes this file in the loaded script).

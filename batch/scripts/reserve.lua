@@ -53,7 +53,7 @@
 --   mode 's' (a reader), held shared by others: the key counts as the
 --   waiter's (code 0, nothing written) unless a live writer older than
 --   it stands in the key's queue (writer_before); then it stands in line,
---   its entry ending with READER.
+--   its entry marked as a reader's (READER).
 -- A waiter never writes over a value naming another owner.
 --
 -- Returns {seconds, microseconds, code1, ...}: the server's TIME, then per
@@ -84,7 +84,6 @@ else
   keys, first, last = lock_keys(5)
 end
 local sq = string.format('%d', seq)
-local me = waiter .. '/' .. sq .. ' ' .. inbox .. (reader and READER or '') -- the entry this call creates
 
 -- ours reports whether value v is the waiter's to change in this call:
 -- held by it, or reserved for it with a seq not above this call's (an
@@ -143,7 +142,7 @@ local out = {tonumber(t[1]), tonumber(t[2])}
 -- deleted the queue since it was read: pcall (rule M), a refusal meaning
 -- empty.
 local function leave_mine(k)
-  local q, qd = queue_keys(k)
+  local q = queue_key(k)
   local mine = redis.pcall('ZRANGE', q, ticket, ticket, 'BYSCORE')
   if mine.err then
     return false, false
@@ -152,8 +151,8 @@ local function leave_mine(k)
   for _, m in ipairs(mine) do
     if entry_of(m, waiter) then
       redis.call('ZREM', q, m)
-      redis.pcall('ZREM', qd, m)
-      writer = writer or string.byte(m, -1) ~= 126 -- not READER
+      local _, reader = live_entry(m, now)
+      writer = writer or not reader
     end
   end
   local n = redis.pcall('ZCARD', q)
@@ -162,41 +161,42 @@ end
 
 -- join puts the waiter in lock key k's queue, ordered by its ticket, marks
 -- k's value v, and returns the seq of the call that created the entry it
--- stands under. An entry of its own under this inbox is kept (member and
+-- stands under. An entry of its own under this inbox is kept (its seq and
 -- score), unless fresh is set: the call gives k away, and the reply must
 -- then report an entry above any evidence the waiter may hold for k (the
 -- reservation it gives away named an earlier call), so it stands under a
 -- new entry of this call. Other entries of its own (under another inbox,
--- from before a reshard, or without a seq) are replaced. Round 1 has none
--- to look for (sent again after a redirect, it meets its own member: ZADD
--- NX keeps it). A kept entry's deadline is pushed only when less than
--- half of ENTRY_MS is left (enqueue_at): most refreshes write nothing.
+-- from before a reshard, or without a seq) go. Round 1 has none to look
+-- for. A kept entry is written again, with the deadline now + ENTRY_MS,
+-- only when less than half of ENTRY_MS is left: most refreshes write
+-- nothing. A written entry gives the queue 2 * ENTRY_MS to live. The
+-- entry goes in before the stale ones go (rule M: the queue is never
+-- empty in between).
 local function join(k, v, fresh)
-  local q, qd = queue_keys(k)
-  local member, e, stale = me, seq, {}
+  local q = queue_key(k)
+  local kept, e, stale = nil, seq, {}
   local own = seq > 1 and redis.call('ZRANGE', q, ticket, ticket, 'BYSCORE') or {}
   for _, m in ipairs(own) do
-    if entry_of(m, waiter) and m ~= me then -- me: this call sent again, kept
-      local _, ms, min = entry_parse(m)
-      if not fresh and member == me and ms > 0 and min == inbox then
-        member, e = m, ms
+    if entry_of(m, waiter) then
+      local _, ms, min, _, d = entry_parse(m)
+      if not fresh and not kept and ms > 0 and min == inbox and d then
+        kept, e = m, ms
+        if d < now + ENTRY_MS / 2 then
+          stale[#stale + 1], kept = m, nil
+        end
       else
         stale[#stale + 1] = m
       end
     end
   end
-  -- The entry goes in before the stale ones go (rule M: the queue is
-  -- never empty in between).
-  local push = member == me
-  if not push then
-    local d = redis.pcall('ZSCORE', qd, member) -- read at the start (rule M)
-    push = type(d) ~= 'string' or tonumber(d) < now + ENTRY_MS / 2
+  if not kept then
+    redis.call('ZADD', q, ticket, new_entry(waiter, e, inbox, reader, now + ENTRY_MS))
+    redis.call('PEXPIRE', q, 2 * ENTRY_MS)
   end
-  enqueue_at(k, v, member, ticket, now, push)
   if #stale > 0 then
     redis.call('ZREM', q, unpack(stale))
-    redis.pcall('ZREM', qd, unpack(stale))
   end
+  mark_key(k, v)
   return e
 end
 
@@ -205,7 +205,7 @@ end
 local function older_waits(k)
   local live = drop_dead(k, now, 0)
   local head, score = live[1], live[2]
-  if not head or head == me or entry_of(head, waiter) then
+  if not head or entry_of(head, waiter) then
     return false
   end
   return older(score, (entry_parse(head)), ticket, waiter)

@@ -231,9 +231,9 @@ end
 -- nothing and may wait for the newcomer's keys: shared_acquire.lua
 -- reports the key as reserved). Reads only.
 local function line_ahead(k, now)
-  local _, qd = queue_keys(k)
-  for _, w in ipairs(redis.call('ZRANGE', qd, '(' .. string.format('%d', now), '+inf', 'BYSCORE')) do
-    if string.byte(w, -1) ~= 126 then -- not READER
+  for _, m in ipairs(redis.call('ZRANGE', queue_key(k), 0, -1)) do
+    local live, reader = live_entry(m, now)
+    if live and not reader then
       return true
     end
   end
@@ -260,15 +260,14 @@ local WAKE_MAX = 64
 -- dropping up to DEAF_SCAN nobody heard (their process is gone), as
 -- hand_off does. Nothing else is written.
 local function wake(k, now, readers)
-  local q, qd = queue_keys(k)
+  local q = queue_key(k)
   local head = redis.pcall('ZRANGE', q, 0, readers and WAKE_MAX - 1 or DEAF_SCAN)
   if head.err then
     return
   end
   for _, m in ipairs(head) do
-    local d = redis.pcall('ZSCORE', qd, m)
-    local _, _, inbox, reader = entry_parse(m)
-    if type(d) == 'string' and tonumber(d) > now then
+    local _, _, inbox, reader, d = entry_parse(m)
+    if not d or d > now then
       if readers and not reader then
         if heard(m) then
           return
@@ -280,7 +279,6 @@ local function wake(k, now, readers)
             return
           end
           redis.pcall('ZREM', q, m)
-          redis.pcall('ZREM', qd, m)
         end
       end
     end

@@ -38,7 +38,7 @@
 //	    named like the key).
 //
 // The queue of a key and the reservation's expiry live in the Lua side
-// only (queue_keys, RESERVE_MS and ENTRY_MS in common.lua); ReserveTTL and
+// only (queue_key, RESERVE_MS and ENTRY_MS in common.lua); ReserveTTL and
 // EntryTTL repeat the two durations for the Go code that states bounds.
 package lockval
 
@@ -243,45 +243,49 @@ func Parse(v string) Value {
 	return out
 }
 
-// QueueJoined converts a score of a key's arrival queue (P{T}#q:K, written
-// by enqueue in common.lua as the server's TIME: seconds followed by six
-// digits of microseconds) to the moment the waiter first joined. For a
-// waiter by reservation the score is its ticket, the same unit: the
-// server time at which it started to wait.
+// QueueJoined converts a score of a key's queue (P{T}#q:K: the waiter's
+// ticket, server time in microseconds) to the moment the waiter started
+// to wait.
 func QueueJoined(score float64) time.Time { return time.UnixMicro(int64(score)) }
 
-// QueueWaiter returns the waiter (its lease token) a member of a key's
-// queue names: a waiter in line is its token, a waiter by reservation its
-// token, '/' and the seq of the call that created the entry, a space and
-// its inbox (entry_parse in common.lua; an older version wrote no seq).
-func QueueWaiter(member string) string {
-	w, _, _ := QueueEntry(member)
-	return w
+// Entry is a member of a key's queue taken apart (entry_parse in
+// common.lua): token '/' seq ' ' inbox [QueueReader] ' ' deadline.
+type Entry struct {
+	Token string // the waiter's lease token
+	// Seq is the call of the acquisition that created the entry; 0 for an
+	// entry without one (an older version's) or a malformed one.
+	Seq   int64
+	Inbox string // "" for an older version's waiter in line
+	// Reader: the entry is a reader's, for a shared key.
+	Reader bool
+	// Deadline: the entry counts for nothing after it unless its waiter
+	// joins again (server time, ms); zero in an older version's entry,
+	// which lives as long as its queue.
+	Deadline time.Time
 }
 
-// QueueEntry takes a member of a key's queue apart: the waiter's token,
-// the seq of the call that created the entry (0 for a waiter in line, an
-// entry without one, or a malformed one) and the inbox ("" for a waiter
-// in line). A reader's entry (for a shared key) ends with QueueReader
-// after its inbox.
-func QueueEntry(member string) (token string, seq int64, inbox string) {
-	head, inbox, _ := strings.Cut(member, " ")
-	inbox = strings.TrimSuffix(inbox, QueueReader)
-	token, s, cut := strings.Cut(head, "/")
-	if cut {
-		seq, _ = parseSeq(s)
+// QueueEntry takes a member of a key's queue apart. An inbox's last word
+// holds '{', so a last word of digits is the deadline.
+func QueueEntry(member string) Entry {
+	head, rest, _ := strings.Cut(member, " ")
+	var e Entry
+	if sp := strings.LastIndexByte(rest, ' '); sp >= 0 {
+		if ms, err := strconv.ParseUint(rest[sp+1:], 10, 63); err == nil {
+			e.Deadline, rest = time.UnixMilli(int64(ms)), rest[:sp]
+		}
 	}
-	return token, seq, inbox
+	e.Inbox, e.Reader = strings.CutSuffix(rest, QueueReader)
+	token, s, cut := strings.Cut(head, "/")
+	e.Token = token
+	if cut {
+		e.Seq, _ = parseSeq(s)
+	}
+	return e
 }
 
-// QueueReader ends the queue entry of a waiter by reservation for a
-// shared key (READER in common.lua).
+// QueueReader follows the inbox in the queue entry of a waiter by
+// reservation for a shared key (READER in common.lua).
 const QueueReader = "~"
-
-// QueueDeadline converts a score of a key's deadline queue (P{T}#qd:K,
-// server milliseconds) to the moment the waiter leaves the line unless it
-// joins again.
-func QueueDeadline(score float64) time.Time { return time.UnixMilli(int64(score)) }
 
 // Short is the short, non-secret form of a holder or waiter token that
 // inspections show: the first 48 bits of its SHA-256, in hex. A token is

@@ -81,9 +81,6 @@ func TestQueueScores(t *testing.T) {
 	if got := QueueJoined(1764000000123456); !got.Equal(time.Unix(1764000000, 123456000)) {
 		t.Errorf("QueueJoined = %v", got)
 	}
-	if got := QueueDeadline(1764000003123); !got.Equal(time.Unix(1764000003, 123000000)) {
-		t.Errorf("QueueDeadline = %v", got)
-	}
 }
 
 func TestShared(t *testing.T) {
@@ -129,18 +126,6 @@ func TestParseReserved(t *testing.T) {
 	}
 }
 
-func TestQueueWaiter(t *testing.T) {
-	for m, want := range map[string]string{
-		"tok":                 "tok", // a waiter in line
-		"tok p{0}#in:id":      "tok", // a waiter by reservation
-		"tok p {0}#in:spaced": "tok", // a prefix may hold a space
-	} {
-		if got := QueueWaiter(m); got != want {
-			t.Errorf("QueueWaiter(%q) = %q, want %q", m, got, want)
-		}
-	}
-}
-
 // TestParseReservedWithSeq: the seq of a waiter by reservation's value
 // (docs/design.md, "What slotlock keeps in Redis") is cut off the waiter, so that the
 // waiter is the lease token every ownership test compares with.
@@ -181,24 +166,27 @@ func TestParseReservedWithSeq(t *testing.T) {
 	}
 }
 
-// TestQueueEntry: both forms of a waiter by reservation's entry, and a
-// waiter in line's, name the token (Inspect shows Short of it).
+// TestQueueEntry: an entry of today, a reader's, one whose inbox has
+// spaces and digits (a prefix may), and an older version's forms (no
+// deadline: none is read off the inbox) all name the token (Inspect shows
+// Short of it).
 func TestQueueEntry(t *testing.T) {
+	dl := time.UnixMilli(1764000003123)
 	for _, c := range []struct {
-		m, token, inbox string
-		seq             int64
+		m    string
+		want Entry
 	}{
-		{"tok/7 P{a}#in:id", "tok", "P{a}#in:id", 7},
-		{"tok P{a}#in:id", "tok", "P{a}#in:id", 0},
-		{"tok", "tok", "", 0},
-		{"tok/x P{a}#in:id", "tok", "P{a}#in:id", 0}, // malformed: never evidence
+		{"tok/7 P{a}#in:id 1764000003123", Entry{Token: "tok", Seq: 7, Inbox: "P{a}#in:id", Deadline: dl}},
+		{"tok/7 P{a}#in:id~ 1764000003123", Entry{Token: "tok", Seq: 7, Inbox: "P{a}#in:id", Reader: true, Deadline: dl}},
+		{"tok/7 my 12 {a}#in:id 1764000003123", Entry{Token: "tok", Seq: 7, Inbox: "my 12 {a}#in:id", Deadline: dl}},
+		{"tok/7 P{a}#in:id", Entry{Token: "tok", Seq: 7, Inbox: "P{a}#in:id"}},
+		{"tok/7 my 12 {a}#in:id~", Entry{Token: "tok", Seq: 7, Inbox: "my 12 {a}#in:id", Reader: true}},
+		{"tok P{a}#in:id", Entry{Token: "tok", Inbox: "P{a}#in:id"}},
+		{"tok", Entry{Token: "tok"}},
+		{"tok/x P{a}#in:id 5", Entry{Token: "tok", Inbox: "P{a}#in:id", Deadline: time.UnixMilli(5)}}, // malformed seq: never evidence
 	} {
-		token, seq, inbox := QueueEntry(c.m)
-		if token != c.token || seq != c.seq || inbox != c.inbox {
-			t.Errorf("QueueEntry(%q) = %q, %d, %q; want %q, %d, %q", c.m, token, seq, inbox, c.token, c.seq, c.inbox)
-		}
-		if w := QueueWaiter(c.m); w != c.token {
-			t.Errorf("QueueWaiter(%q) = %q, want %q", c.m, w, c.token)
+		if got := QueueEntry(c.m); got != c.want {
+			t.Errorf("QueueEntry(%q) = %+v, want %+v", c.m, got, c.want)
 		}
 	}
 }

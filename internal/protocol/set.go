@@ -39,13 +39,13 @@ func (s *Set) HoldKey(i int) string {
 	return s.names.HoldCountKeyInSlot(s.Keys[i].Name, s.Keys[i].Slot)
 }
 
-// QueueKeys returns the queue keys of key i (queue_keys in
+// QueueKey returns the queue of key i (queue_key in
 // batch/scripts/common.lua).
-func (s *Set) QueueKeys(i int) (order, deadlines string) {
+func (s *Set) QueueKey(i int) string {
 	if s.KindOf(i) == Permit {
-		return s.names.PermitQueueKeysInSlot(s.Keys[i].Name, s.Keys[i].Slot)
+		return s.names.PermitQueueKeyInSlot(s.Keys[i].Name, s.Keys[i].Slot)
 	}
-	return s.names.QueueKeysInSlot(s.Keys[i].Name, s.Keys[i].Slot)
+	return s.names.QueueKeyInSlot(s.Keys[i].Name, s.Keys[i].Slot)
 }
 
 // Inbox returns the sharded channel of Locker id in slot sl
