@@ -518,6 +518,57 @@ func TestReserveGiveAwayReportsTheNewEntry(t *testing.T) {
 	s.do(ctx, t, []string{"DEL", s.lock, s.q})
 }
 
+// TestRoundOneReadsNoLineOfAFreeKey: key k is free, an older waiter o in
+// its line (its reservation lapsed). w's round 1 reads no line of a free
+// key: k becomes w's reservation (code 0), the line untouched. o's next
+// round finds k reserved for a younger waiter and asks it to yield ('y'
+// on w's inbox, k marked), and w's round 2 gives k to o and stands in
+// line under call 2 (rule Y). A later round of w on a free key reads the
+// line and hands k to o at once. Mutations checked: round 1 reading the
+// line (code 1, k handed to o); round 2 not reading it (code 0).
+func TestRoundOneReadsNoLineOfAFreeKey(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := newSeqNode(ctx, t, "r1f", "k")
+	const waiter, ticket, older, oticket = "w", "1000", "o", "500"
+	inbox, oinbox := inboxIn(s.lock, "W"), inboxIn(s.lock, "O")
+	yields := subscribe(ctx, t, s.n, inbox)
+	subscribe(ctx, t, s.n, oinbox) // o listens: a hand-off passes over a waiter nobody hears
+	oentry := older + "/1 " + oinbox + " 99999999999999" // a deadline far away
+	s.do(ctx, t, []string{"DEL", s.lock, s.q}, []string{"ZADD", s.q, oticket, oentry})
+	if c := s.reserveAt(ctx, t, waiter, ticket, inbox, "r:1"); c[0] != 0 {
+		t.Fatalf("w's r:1 on a free key: code %d, want 0", c[0])
+	}
+	if v, want := s.get(ctx), "^"+ticket+":"+waiter+"/1:"+inbox; v != want {
+		t.Errorf("after w's r:1: value %q, want %q", v, want)
+	}
+	if c := s.reserveAt(ctx, t, older, oticket, oinbox, "r:2"); c[0] != 1 {
+		t.Errorf("o's r:2: code %d, want 1 (its entry of call 1 kept)", c[0])
+	}
+	select {
+	case m := <-yields:
+		if want := "y " + s.lock + " " + waiter; m != want {
+			t.Errorf("yield request %q, want %q", m, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("no yield request on w's inbox")
+	}
+	if c := s.reserveAt(ctx, t, waiter, ticket, inbox, "r:2"); c[0] != 2 {
+		t.Errorf("w's r:2: code %d, want 2 (k given to o)", c[0])
+	}
+	if v, want := s.get(ctx), "^"+oticket+":"+older+"/1:"+oinbox+"!"; v != want {
+		t.Errorf("after w's r:2: value %q, want %q", v, want)
+	}
+	s.do(ctx, t, []string{"DEL", s.lock, s.q}, []string{"ZADD", s.q, oticket, oentry})
+	if c := s.reserveAt(ctx, t, waiter, ticket, inbox, "r:3"); c[0] != 3 {
+		t.Errorf("w's r:3 on a free key with o in line: code %d, want 3", c[0])
+	}
+	if v, want := s.get(ctx), "^"+oticket+":"+older+"/1:"+oinbox+"!"; v != want {
+		t.Errorf("after w's r:3: value %q, want %q (o's)", v, want)
+	}
+	s.do(ctx, t, []string{"DEL", s.lock, s.q})
+}
+
 // TestReserveGuardLeavesANewerReservation (case (c) of direct-grant.md
 // 2.4): key k is w's reservation of call 9, marked, an older waiter in
 // its line. A call 8 of w run late, r:8 or l:8, answers -1 and leaves the

@@ -112,7 +112,10 @@ end
 -- no queue to read (I-mark: a key with waiters in line is marked, and a
 -- waiter leaves a key's line when the key becomes its own). A free key
 -- may have one (a reservation expired unused, a holder's lease expired,
--- a script-free release deleted it).
+-- a script-free release deleted it), but round 1 does not read it: the
+-- waiter has no entry there yet, and an older waiter in that line asks
+-- for the key at its next round (rule Y), as it does when any younger
+-- waiter reserved the key before it joined.
 local now, t = now_ms()
 local vals, lined, held = {}, {}, {}
 for i = first, last do
@@ -128,8 +131,8 @@ for i = first, last do
   else
     local v = redis.call('GET', keys[i])
     vals[i] = v or false
-    if mode == 'l' or not v or string.byte(v, -1) == 33 or
-        (reserved_for(v) ~= waiter and v ~= waiter and holder_of(v) ~= waiter) then
+    if mode == 'l' or (not v and seq > 1) or (v and (string.byte(v, -1) == 33 or
+        (reserved_for(v) ~= waiter and v ~= waiter and holder_of(v) ~= waiter))) then
       lined[i] = read_queue(keys[i])
     end
   end
