@@ -179,7 +179,7 @@ func TestRequestYieldsToAWaiterByReservationInAnotherProcess(t *testing.T) {
 	}()
 	until("the request never stood in b's line", func() bool { return len(line()) == 2 })
 	until("the request never reserved x", func() bool { return strings.HasPrefix(get(x), lockval.Reserve) })
-	if m := line(); !strings.HasSuffix(m[1], lockval.QueueReader) {
+	if m := line(); !lockval.QueueEntry(m[1]).Reader {
 		t.Fatalf("the request is not a reader by reservation behind the process in b's line: %q", m)
 	}
 	select {

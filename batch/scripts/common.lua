@@ -312,13 +312,12 @@ local function mark_key(k, v)
   end
 end
 
--- drop_dead removes the entries at the head of lock key k's queue whose
--- deadline passed (server ms now) and returns the first n + 1 live ones,
--- oldest first ({member, score, ...}; fewer when the queue has fewer),
--- and whether the queue may go on past them. Dead entries behind them
--- stay until they reach the head. Rule M: it reads before its ZREMs,
--- which take only dead entries (so q keeps the live ones).
-local function drop_dead(k, now, n)
+-- read_line reads the head of lock key k's queue up to its first n + 1
+-- live entries (deadline not passed at server ms now): {live = {member,
+-- score, ...} oldest first (fewer when the queue has fewer), dead = the
+-- members read past their deadline, more = whether the queue may go on
+-- past them}. Reads only.
+local function read_line(k, now, n)
   local q = queue_key(k)
   local live, dead, from, more = {}, {}, 0, true
   while more and #live < 2 * (n + 1) do
@@ -336,10 +335,21 @@ local function drop_dead(k, now, n)
     end
     from = from + n + 9
   end
+  return {live = live, dead = dead, more = more}
+end
+
+-- drop_dead removes the dead entries read_line found at the head of lock
+-- key k's queue (line, or read here) and returns its live ones and more.
+-- Dead entries behind them stay until they reach the head. Rule M: it
+-- reads before its ZREMs, which take only dead entries (so q keeps the
+-- live ones).
+local function drop_dead(k, now, n, line)
+  line = line or read_line(k, now, n)
+  local dead = line.dead
   for i = 1, #dead, 1000 do -- unpack's stack limit is about 8,000
-    redis.pcall('ZREM', q, unpack(dead, i, math.min(i + 999, #dead)))
+    redis.pcall('ZREM', queue_key(k), unpack(dead, i, math.min(i + 999, #dead)))
   end
-  return live, more
+  return line.live, line.more
 end
 
 -- hand_off gives lock key k, which its owner's script has just given up
@@ -351,7 +361,9 @@ end
 -- naming token/seq: the seq of the call that created the entry, copied
 -- unchanged, so that it can tell this hand-off from one of an older entry
 -- of its own (rule F, internal/protocol/evidence.go). now is the server's
--- time in ms, nil to read it here.
+-- time in ms, nil to read it here; line is hand_off_line's read of k's
+-- queue, made before the caller's first write (rule M), nil to read it
+-- here.
 --
 -- SPUBLISH answers how many clients of this node heard the message. When
 -- nobody did, the waiter is gone (or reconnecting: it joins again at its
@@ -367,9 +379,9 @@ end
 -- the one after them), and each entry goes while the ones read after it
 -- still keep the queue.
 local DEAF_SCAN = 4
-local function hand_off(k, now)
+local function hand_off(k, now, line)
   local q = queue_key(k)
-  local live, full = drop_dead(k, now or now_ms(), DEAF_SCAN + 1)
+  local live, full = drop_dead(k, now or now_ms(), DEAF_SCAN + 1, line)
   local n = #live / 2
   for c = 1, n do
     local head, score = live[2 * c - 1], live[2 * c]
@@ -386,6 +398,13 @@ local function hand_off(k, now)
   end
   -- Nobody (left) in line: the order was read to its end.
   redis.call('DEL', k)
+end
+
+-- hand_off_line reads what hand_off(k, now) reads of k's queue, for a
+-- script that reads it before its first write (rule M) and hands k off
+-- after.
+local function hand_off_line(k, now)
+  return read_line(k, now, DEAF_SCAN + 1)
 end
 
 -- take_free is the acquire scripts' fast path: it takes keys[first..last]

@@ -20,6 +20,8 @@ local keys, first, last = lock_keys(3)
 
 local lost = {}
 local ours = {} -- position -> the value read, or true for a plain held one
+local lines = {} -- position -> hand_off_line's read of a marked key's queue
+local now -- the server's time, read at the first marked key
 local plain = lease == ''
 for i = first, last do
   local v = redis.call('GET', keys[i])
@@ -31,13 +33,13 @@ for i = first, last do
   elseif is_mine(keys[i], v, holder, lease) then
     ours[i] = v
     if string.byte(v, -1) == 33 then -- '!': read the queue before writing
-      read_queue(keys[i])
+      now = now or now_ms()
+      lines[i] = hand_off_line(keys[i], now)
     end
   else
     lost[#lost + 1] = i - first + 1
   end
 end
-local now -- the server's time, read at the first hand-off
 for i = first, last do
   local v = ours[i]
   if v == true then
@@ -53,8 +55,7 @@ for i = first, last do
     end
     if gone then
       if string.byte(v, -1) == 33 then -- '!'
-        now = now or now_ms()
-        hand_off(keys[i], now)
+        hand_off(keys[i], now, lines[i])
       else
         redis.call('DEL', keys[i])
       end

@@ -17,8 +17,7 @@ if v ~= ARGV[1] and (not v or holder_of(v) ~= ARGV[1]) then
   return 0 -- the equality first: a plain lease's value is its token
 end
 if string.byte(v, -1) == 33 then -- '!': a waiter marked it
-  read_queue(KEYS[1]) -- before the first write
-  hand_off(KEYS[1])
+  hand_off(KEYS[1]) -- it reads the line before its first write
   return 1
 end
 redis.call('DEL', KEYS[1])

@@ -19,6 +19,7 @@ local now = nil
 -- state[i]: my_shared_hold's answer for a shared key (1, 2, a table or
 -- false), read_holders's for a permit (false when not ours).
 local state = {}
+local lines = {} -- hand_off_line's read of a marked key's queue
 local lost = {}
 for i = first, last do
   local k, st = keys[i], false
@@ -30,7 +31,8 @@ for i = first, last do
     st, now = my_shared_hold(k, me, now)
   end
   if st == 2 or (type(st) == 'table' and st.marked) then
-    read_queue(k) -- before the first write
+    now = now or now_ms()
+    lines[i] = hand_off_line(k, now) -- before the first write
   elseif st and permits then
     st.lined = read_queue(k) -- waiters to wake
   end
@@ -47,7 +49,7 @@ for i = first, last do
   if st == 1 then
     redis.call('DEL', k)
   elseif st == 2 then
-    hand_off(k, now)
+    hand_off(k, now, lines[i])
   elseif st then
     -- rest: the latest expiry of the others, or ours when one of them
     -- expires no earlier (read before the first write: shared_latest in
@@ -59,7 +61,7 @@ for i = first, last do
         wake(k, now, false)
       end
       if st.marked then
-        hand_off(k, now)
+        hand_off(k, now, lines[i])
       elseif not permits then
         redis.call('DEL', k)
       end
