@@ -188,15 +188,12 @@ local function entry_of(m, waiter)
   return (b == 47 or b == 32) and string.sub(m, 1, n) == waiter -- '/' or ' '
 end
 
--- entry_parse takes a member of a key's queue apart (lockval.QueueEntry),
--- 'token/seq inbox [READER] deadline': the token, the seq of the call
--- that created the entry (0 for an older version's entry or a malformed
--- seq), the inbox (nil for an older version's waiter in line), whether it
--- is a reader's (a waiter by reservation for a shared key puts READER
--- after its inbox, which ends with a Locker id, base64url) and its
--- deadline in server ms (nil in an older version's entry, which lives as
--- long as its queue). An inbox's last word holds '{', so a last word of
--- digits is the deadline.
+-- entry_parse takes a queue member 'token/seq inbox [READER] deadline'
+-- apart (lockval.QueueEntry): token, seq (0 if none or malformed), inbox
+-- (nil for an older version's waiter in line), reader or not, deadline in
+-- server ms (nil in an older version's entry: it lives as long as its
+-- queue). An inbox's last word holds '{': a last word of digits is the
+-- deadline.
 local READER = '~'
 local function entry_parse(m)
   local sp = string.find(m, ' ', 1, true)
@@ -211,15 +208,6 @@ local function entry_parse(m)
     inbox = string.sub(inbox, 1, -2)
   end
   return token, seq or 0, inbox, reader, dp and tonumber(string.sub(m, dp + 1))
-end
-
--- new_entry is the member of an entry of waiter (its token), created by
--- its call seq, with inbox, a reader's or not, living until deadline
--- (server ms). Numbers go through string.format: tostring would print
--- them in exponent form.
-local function new_entry(waiter, seq, inbox, reader, deadline)
-  return waiter .. '/' .. string.format('%d', seq) .. ' ' .. inbox .. (reader and READER or '') .. ' ' ..
-    string.format('%d', deadline)
 end
 
 -- live_entry reports whether queue entry m's deadline has not passed at
@@ -312,11 +300,9 @@ local function mark_key(k, v)
   end
 end
 
--- read_line reads the head of lock key k's queue up to its first n + 1
--- live entries (deadline not passed at server ms now): {live = {member,
--- score, ...} oldest first (fewer when the queue has fewer), dead = the
--- members read past their deadline, more = whether the queue may go on
--- past them}. Reads only.
+-- read_line reads lock key k's queue from its head to its n + 1st live
+-- entry (server ms now): {live = {member, score, ...}, dead = members
+-- past their deadline, more = whether the queue may go on}. Reads only.
 local function read_line(k, now, n)
   local q = queue_key(k)
   local live, dead, from, more = {}, {}, 0, true
@@ -338,11 +324,9 @@ local function read_line(k, now, n)
   return {live = live, dead = dead, more = more}
 end
 
--- drop_dead removes the dead entries read_line found at the head of lock
--- key k's queue (line, or read here) and returns its live ones and more.
--- Dead entries behind them stay until they reach the head. Rule M: it
--- reads before its ZREMs, which take only dead entries (so q keeps the
--- live ones).
+-- drop_dead removes the dead entries read_line found (line, or read
+-- here) and returns its live and more; dead ones further back wait to
+-- reach the head. Rule M: read first; live entries keep the queue.
 local function drop_dead(k, now, n, line)
   line = line or read_line(k, now, n)
   local dead = line.dead
@@ -362,8 +346,7 @@ end
 -- unchanged, so that it can tell this hand-off from one of an older entry
 -- of its own (rule F, internal/protocol/evidence.go). now is the server's
 -- time in ms, nil to read it here; line is hand_off_line's read of k's
--- queue, made before the caller's first write (rule M), nil to read it
--- here.
+-- queue before the caller's first write (rule M), nil to read it here.
 --
 -- SPUBLISH answers how many clients of this node heard the message. When
 -- nobody did, the waiter is gone (or reconnecting: it joins again at its
@@ -400,9 +383,7 @@ local function hand_off(k, now, line)
   redis.call('DEL', k)
 end
 
--- hand_off_line reads what hand_off(k, now) reads of k's queue, for a
--- script that reads it before its first write (rule M) and hands k off
--- after.
+-- hand_off_line reads what hand_off(k, now) reads of k's queue.
 local function hand_off_line(k, now)
   return read_line(k, now, DEAF_SCAN + 1)
 end

@@ -26,12 +26,9 @@
 --         migration rules). Permits: the entries of request_entries
 --         (shared.lua), each permit hash with its units and limit.
 --
--- The guard (both modes): a key whose value is the waiter's reservation
--- with a seq above this call's was written by a later call of the waiter,
--- or handed to an entry a later call created: this call (run late: its
--- reply was lost, it sat in a paused node's socket buffer) leaves it and
--- its queue alone, so that it can never give away or shorten what the
--- waiter's later calls may have reported as its own.
+-- The guard (every mode): a key reserved for the waiter with a seq above
+-- this call's is a later call's; this call, run late, leaves it and its
+-- queue alone, never giving away what a later reply reported as its own.
 --
 -- Mode 'r', per key (a key the owner of a reentrant waiter holds
 -- exclusively is left as it is, and so is its queue but for the waiter's
@@ -162,19 +159,15 @@ local function leave_mine(k)
   return type(n) == 'number' and n > 0, writer
 end
 
--- join puts the waiter in lock key k's queue, ordered by its ticket, marks
--- k's value v, and returns the seq of the call that created the entry it
--- stands under. An entry of its own under this inbox is kept (its seq and
--- score), unless fresh is set: the call gives k away, and the reply must
--- then report an entry above any evidence the waiter may hold for k (the
--- reservation it gives away named an earlier call), so it stands under a
--- new entry of this call. Other entries of its own (under another inbox,
--- from before a reshard, or without a seq) go. Round 1 has none to look
--- for. A kept entry is written again, with the deadline now + ENTRY_MS,
--- only when less than half of ENTRY_MS is left: most refreshes write
--- nothing. A written entry gives the queue 2 * ENTRY_MS to live. The
--- entry goes in before the stale ones go (rule M: the queue is never
--- empty in between).
+-- join puts the waiter in lock key k's queue by its ticket, marks k's
+-- value v, and returns the seq of the call that created its entry. An
+-- entry of its own under this inbox is kept (seq and score) unless fresh
+-- is set: the call gives k away, and its reply must name an entry above
+-- any evidence the waiter holds for k, so it stands under a new one.
+-- Other entries of its own (another inbox, no seq) go; round 1 has none.
+-- A kept entry is written again (deadline now + ENTRY_MS) only when less
+-- than half of ENTRY_MS is left; a written one gives the queue 2 *
+-- ENTRY_MS to live. New before stale go (rule M: never empty between).
 local function join(k, v, fresh)
   local q = queue_key(k)
   local kept, e, stale = nil, seq, {}
@@ -193,7 +186,8 @@ local function join(k, v, fresh)
     end
   end
   if not kept then
-    redis.call('ZADD', q, ticket, new_entry(waiter, e, inbox, reader, now + ENTRY_MS))
+    local m = waiter .. '/' .. string.format('%d', e) .. ' ' .. inbox .. (reader and READER or '')
+    redis.call('ZADD', q, ticket, m .. ' ' .. string.format('%d', now + ENTRY_MS))
     redis.call('PEXPIRE', q, 2 * ENTRY_MS)
   end
   if #stale > 0 then
