@@ -533,7 +533,7 @@ func TestRoundOneReadsNoLineOfAFreeKey(t *testing.T) {
 	const waiter, ticket, older, oticket = "w", "1000", "o", "500"
 	inbox, oinbox := inboxIn(s.lock, "W"), inboxIn(s.lock, "O")
 	yields := subscribe(ctx, t, s.n, inbox)
-	subscribe(ctx, t, s.n, oinbox) // o listens: a hand-off passes over a waiter nobody hears
+	subscribe(ctx, t, s.n, oinbox)                       // o listens: a hand-off passes over a waiter nobody hears
 	oentry := older + "/1 " + oinbox + " 99999999999999" // a deadline far away
 	s.do(ctx, t, []string{"DEL", s.lock, s.q}, []string{"ZADD", s.q, oticket, oentry})
 	if c := s.reserveAt(ctx, t, waiter, ticket, inbox, "r:1"); c[0] != 0 {

@@ -41,8 +41,7 @@ func (e *Engine) Wait(ctx context.Context, _ *protocol.Set, _ int, c protocol.Co
 
 // Release deletes, owner-checked, the lock keys idx (ascending set indexes;
 // nil means all) that who still holds: a key whose value is who's token,
-// with or without a waiter's mark (a marked key's release publishes on the
-// key's channel: wake in owner.go) (protocol.Strategy).
+// with or without a waiter's mark (protocol.Strategy).
 func (e *Engine) Release(ctx context.Context, set *protocol.Set, idx []int, who protocol.Who) protocol.OwnerResult {
 	if idx == nil {
 		idx = set.All(0)

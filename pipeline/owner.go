@@ -191,15 +191,10 @@ func (e *Engine) conditional(ctx context.Context, c *checked, f condForm, todo [
 		}
 	}
 	res := e.client.DoMulti(ctx, cmds...)
-	var marked []string
 	for k, i := range todo {
-		plain, withMark := applied(c.op, res[2*k]), applied(c.op, res[2*k+1])
 		switch {
-		case plain:
+		case applied(c.op, res[2*k]), applied(c.op, res[2*k+1]):
 			c.out[i] = done
-		case withMark:
-			c.out[i] = done
-			marked = append(marked, c.items[i].key)
 		default:
 			err := errors.Join(replyErr(res[2*k]), replyErr(res[2*k+1]))
 			switch {
@@ -213,26 +208,7 @@ func (e *Engine) conditional(ctx context.Context, c *checked, f condForm, todo [
 			}
 		}
 	}
-	e.wake(ctx, marked)
 	return refused
-}
-
-// wake publishes the release of each of keys (lock keys that carried a Lua
-// waiter's mark) on the sharded channel named like the key, for waiters
-// of older versions that wait in the key's line; a Lua waiter by
-// reservation sees the key free at its next refresh (package batch). It
-// is best effort: a user without pub/sub rights, or a lost message, costs
-// a waiter no more than its timer.
-func (e *Engine) wake(ctx context.Context, keys []string) {
-	if len(keys) == 0 {
-		return
-	}
-	b := e.client.B()
-	pub := make(rueidis.Commands, len(keys))
-	for k, key := range keys {
-		pub[k] = b.Spublish().Channel(key).Message("r").Build()
-	}
-	_ = e.client.DoMulti(ctx, pub...)
 }
 
 // applied reports whether a conditional command did its write: DELEX and
@@ -267,10 +243,8 @@ type group struct {
 	slot  uint16
 	items []int // into checked.items
 	// Filled from the WATCH round: the items read as ours (the
-	// transaction's keys) and, per candidate, whether it carries a
-	// waiter's mark.
+	// transaction's keys).
 	cand   []int
-	marked []bool
 	aborts int
 }
 
@@ -280,9 +254,8 @@ type group struct {
 // that expired and was taken by someone else between the GET and the write
 // is never touched; the slot is then read and tried again. A transaction
 // cannot span slots in a cluster (the EXEC fails with CROSSSLOT), hence one
-// per slot. Deleted keys that carried a Lua waiter's mark are published
-// after the transactions, outside them: a user without pub/sub rights can
-// still release.
+// per slot. A deleted key that carried a Lua waiter's mark is seen free
+// at that waiter's next round (the pipeline hands nothing off).
 //
 // A node's slots are shared among up to maxTxConns dedicated connections
 // to that node, every node in parallel. Each connection chains its
@@ -310,13 +283,6 @@ func (e *Engine) watched(ctx context.Context, c *checked, todo []int, m *slot.Ma
 	}
 
 	nodes := e.client.Nodes()
-	var mu sync.Mutex
-	var released []string // marked keys deleted: their waiters are woken
-	done := func(w *txWorker) {
-		mu.Lock()
-		released = append(released, w.released...)
-		mu.Unlock()
-	}
 	var wg sync.WaitGroup
 	for o, groups := range byNode {
 		if len(groups) == 0 {
@@ -333,9 +299,7 @@ func (e *Engine) watched(ctx context.Context, c *checked, todo []int, m *slot.Ma
 					// A node's own client: one dedicated connection may
 					// carry transactions of all its slots in turn.
 					_ = nc.Dedicated(func(d rueidis.DedicatedClient) error {
-						w := &txWorker{c: c, ne: ne, node: addr, src: q.next}
-						w.run(ctx, d)
-						done(w)
+						(&txWorker{c: c, ne: ne, node: addr, src: q.next}).run(ctx, d)
 						return nil
 					})
 					return
@@ -346,9 +310,7 @@ func (e *Engine) watched(ctx context.Context, c *checked, todo []int, m *slot.Ma
 				for g := q.next(); g != nil; g = q.next() {
 					one := &groupQueue{groups: []*group{g}}
 					_ = e.client.Dedicated(func(d rueidis.DedicatedClient) error {
-						w := &txWorker{c: c, ne: ne, node: addr, src: one.next}
-						w.run(ctx, d)
-						done(w)
+						(&txWorker{c: c, ne: ne, node: addr, src: one.next}).run(ctx, d)
 						return nil
 					})
 				}
@@ -356,7 +318,6 @@ func (e *Engine) watched(ctx context.Context, c *checked, todo []int, m *slot.Ma
 		}
 	}
 	wg.Wait()
-	e.wake(ctx, released)
 }
 
 // groupQueue hands a node's groups to its connections.
@@ -378,12 +339,11 @@ func (q *groupQueue) next() *group {
 
 // txWorker runs groups of one node, in turn, on one dedicated connection.
 type txWorker struct {
-	c        *checked
-	ne       *nodeErrors
-	node     string
-	src      func() *group
-	requeue  []*group // aborted transactions, to run again
-	released []string // deleted keys that carried a waiter's mark
+	c       *checked
+	ne      *nodeErrors
+	node    string
+	src     func() *group
+	requeue []*group // aborted transactions, to run again
 }
 
 func (w *txWorker) next() *group {
@@ -483,13 +443,12 @@ func (w *txWorker) read(b rueidis.Builder, g *group, res []rueidis.RedisResult) 
 		w.failAll(g.items, err)
 		return unwatch
 	}
-	g.cand, g.marked = g.cand[:0], g.marked[:0]
+	g.cand = g.cand[:0]
 	for k, i := range g.items {
 		v, err := res[1+k].ToString()
 		switch {
 		case err == nil && lockval.OfPlain(v, w.c.items[i].token):
 			g.cand = append(g.cand, i)
-			g.marked = append(g.marked, lockval.Marked(v))
 		case err == nil || rediserr.IsNil(err):
 			w.c.out[i] = notOurs
 		case rediserr.Kind(err) == rediserr.ErrRedis:
@@ -553,9 +512,6 @@ func (w *txWorker) closed(g *group, res []rueidis.RedisResult) {
 	for k, i := range g.cand {
 		if n, err := replies[k].AsInt64(); err == nil && n == 1 {
 			w.c.out[i] = done
-			if w.c.op == opRelease && g.marked[k] {
-				w.released = append(w.released, w.c.items[i].key)
-			}
 		} else {
 			w.c.out[i] = notOurs
 		}
