@@ -454,6 +454,30 @@ func TestHandOffPassesOverAWaiterNobodyHears(t *testing.T) {
 	s.do(ctx, t, []string{"DEL", s.lock, s.q})
 }
 
+// twoWaiters gives waiters w and o inboxes on s's node: yields receives
+// w's messages, and o listens (a hand-off passes over a waiter nobody
+// hears).
+func (s seqNode) twoWaiters(ctx context.Context, t *testing.T) (inbox, oinbox string, yields <-chan string) {
+	inbox, oinbox = inboxIn(s.lock, "W"), inboxIn(s.lock, "O")
+	yields = subscribe(ctx, t, s.n, inbox)
+	subscribe(ctx, t, s.n, oinbox)
+	return inbox, oinbox, yields
+}
+
+// expectYield waits for the request to yield lock key k of waiter on
+// yields ('y <key> <waiter>').
+func expectYield(t *testing.T, yields <-chan string, k, waiter string) {
+	t.Helper()
+	select {
+	case m := <-yields:
+		if want := "y " + k + " " + waiter; m != want {
+			t.Errorf("yield request %q, want %q", m, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("no yield request on w's inbox")
+	}
+}
+
 // TestReserveGiveAwayReportsTheNewEntry (case (a) of direct-grant.md 2.4,
 // at script level): key k is w's reservation of call 5, an older waiter
 // o stands in its line; w's r:6 hands k to o and answers code 6, w in
@@ -469,9 +493,7 @@ func TestReserveGiveAwayReportsTheNewEntry(t *testing.T) {
 	defer cancel()
 	s := newSeqNode(ctx, t, "rga", "k")
 	const waiter, ticket, older, oticket = "w", "1000", "o", "500"
-	inbox, oinbox := inboxIn(s.lock, "W"), inboxIn(s.lock, "O")
-	yields := subscribe(ctx, t, s.n, inbox)
-	subscribe(ctx, t, s.n, oinbox) // o listens: a hand-off passes over a waiter nobody hears
+	inbox, oinbox, yields := s.twoWaiters(ctx, t)
 	oentry := older + "/1 " + oinbox
 	for _, tc := range []struct {
 		name     string
@@ -485,14 +507,7 @@ func TestReserveGiveAwayReportsTheNewEntry(t *testing.T) {
 				if c := s.reserveAt(ctx, t, older, oticket, oinbox, "r:1"); c[0] != 1 {
 					t.Fatalf("o's r:1 on w's reservation: code %d, want 1", c[0])
 				}
-				select {
-				case m := <-yields:
-					if want := "y " + s.lock + " " + waiter; m != want {
-						t.Errorf("yield request %q, want %q", m, want)
-					}
-				case <-time.After(5 * time.Second):
-					t.Errorf("no yield request on w's inbox")
-				}
+				expectYield(t, yields, s.lock, waiter)
 			} else {
 				s.do(ctx, t, []string{"SET", s.lock, "^" + ticket + ":" + waiter + "/5:" + inbox + "!", "PX", "500"},
 					[]string{"ZADD", s.q, oticket, oentry})
@@ -531,9 +546,7 @@ func TestRoundOneReadsNoLineOfAFreeKey(t *testing.T) {
 	defer cancel()
 	s := newSeqNode(ctx, t, "r1f", "k")
 	const waiter, ticket, older, oticket = "w", "1000", "o", "500"
-	inbox, oinbox := inboxIn(s.lock, "W"), inboxIn(s.lock, "O")
-	yields := subscribe(ctx, t, s.n, inbox)
-	subscribe(ctx, t, s.n, oinbox)                       // o listens: a hand-off passes over a waiter nobody hears
+	inbox, oinbox, yields := s.twoWaiters(ctx, t)
 	oentry := older + "/1 " + oinbox + " 99999999999999" // a deadline far away
 	s.do(ctx, t, []string{"DEL", s.lock, s.q}, []string{"ZADD", s.q, oticket, oentry})
 	if c := s.reserveAt(ctx, t, waiter, ticket, inbox, "r:1"); c[0] != 0 {
@@ -545,14 +558,7 @@ func TestRoundOneReadsNoLineOfAFreeKey(t *testing.T) {
 	if c := s.reserveAt(ctx, t, older, oticket, oinbox, "r:2"); c[0] != 1 {
 		t.Errorf("o's r:2: code %d, want 1 (its entry of call 1 kept)", c[0])
 	}
-	select {
-	case m := <-yields:
-		if want := "y " + s.lock + " " + waiter; m != want {
-			t.Errorf("yield request %q, want %q", m, want)
-		}
-	case <-time.After(5 * time.Second):
-		t.Errorf("no yield request on w's inbox")
-	}
+	expectYield(t, yields, s.lock, waiter)
 	if c := s.reserveAt(ctx, t, waiter, ticket, inbox, "r:2"); c[0] != 2 {
 		t.Errorf("w's r:2: code %d, want 2 (k given to o)", c[0])
 	}
