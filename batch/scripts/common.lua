@@ -18,8 +18,7 @@
 --           an older version
 --   inbox   the sharded channel its Locker listens on, on this node
 --   '!'     a waiter's mark: the key's queue may hold waiters, and its
---           release hands the key on (hand_off) or publishes on the key's
---           channel
+--           release hands the key on (hand_off)
 -- '^' is not base64url, so a reserved value never equals or starts with a
 -- token: every check that compares a value with a holder (SET NX, the
 -- pipeline strategy's compare, is_mine in hold.lua) refuses a
@@ -305,10 +304,10 @@ end
 -- past their deadline, more = whether the queue may go on}. Reads only.
 local function read_line(k, now, n)
   local q = queue_key(k)
-  local live, dead, from, more = {}, {}, 0, true
+  local live, dead, from, more, chunk = {}, {}, 0, true, n + 9
   while more and #live < 2 * (n + 1) do
-    local c = redis.call('ZRANGE', q, from, from + n + 8, 'WITHSCORES')
-    more = #c == 2 * (n + 9)
+    local c = redis.call('ZRANGE', q, from, from + chunk - 1, 'WITHSCORES')
+    more = #c == 2 * chunk
     for j = 1, #c, 2 do
       if #live == 2 * (n + 1) then
         more = true
@@ -319,7 +318,7 @@ local function read_line(k, now, n)
         dead[#dead + 1] = c[j]
       end
     end
-    from = from + n + 9
+    from = from + chunk
   end
   return {live = live, dead = dead, more = more}
 end

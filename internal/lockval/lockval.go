@@ -34,8 +34,7 @@
 //	    else: no token starts with '~';
 //	  - '!': a waiter's mark; the key's queue may hold waiters, and the
 //	    release of a marked key hands it to the oldest of them (or, with
-//	    none, deletes it and publishes a wake-up on the sharded channel
-//	    named like the key).
+//	    none, deletes it).
 //
 // The queue of a key and the reservation's expiry live in the Lua side
 // only (queue_key, RESERVE_MS and ENTRY_MS in common.lua); ReserveTTL and

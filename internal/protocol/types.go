@@ -42,7 +42,7 @@ const (
 	AllOrNothing Mode = iota
 	// Prefix takes, on each node, the keys before the first conflict in
 	// canonical order and (where the strategy can) marks the conflicting
-	// key so that its release publishes a wake-up (Lock).
+	// key so that its release hands it on (Lock).
 	Prefix
 	// Confirm is AllOrNothing for an acquisition that waited by
 	// reservation (Queuer): keys reserved for it count as free, and it
