@@ -23,7 +23,8 @@ import (
 // attempt met a held key; when it meets a held key, the keys it took stay
 // reported as held (so the caller's rollback finds them), the held key is
 // reported by the script with its holder's remaining time and is left
-// alone; in Prefix mode the script also marks it for a wake-up; a key that
+// alone, unmarked in either mode (a waiter marks a key when it joins its
+// line, not at its first attempt); a key that
 // already holds the lease's own token (a bare SET whose reply was lost)
 // counts as taken.
 func TestBareFirstAttempt(t *testing.T) {
@@ -107,9 +108,8 @@ func TestBareFirstAttempt(t *testing.T) {
 
 	// One key of the batch held by someone else, all or nothing.
 	for _, tc := range []struct {
-		mode   protocol.Mode
-		marked bool
-	}{{protocol.AllOrNothing, false}, {protocol.Prefix, true}} {
+		mode protocol.Mode
+	}{{protocol.AllOrNothing}, {protocol.Prefix}} {
 		eng := freshEngine()
 		require.NoError(t, eng.Attempt(ctx, newSet(fmt.Sprintf("prime%d", tc.mode), 1), 0, &protocol.Request{Who: me, TTL: ttl}, first(tc.mode)).Err)
 		set := newSet(fmt.Sprintf("held%d", tc.mode), 20)
@@ -125,10 +125,7 @@ func TestBareFirstAttempt(t *testing.T) {
 		require.Greater(t, a.Conflicts[0].TTL, 4*time.Second)
 		require.LessOrEqual(t, a.Conflicts[0].TTL, 7*time.Second)
 		v, left := value(set.Lock[mid])
-		wantV := "tok-other"
-		if tc.marked {
-			wantV += "!" // the waiter's mark: the holder's release will publish
-		}
+		wantV := "tok-other" // unmarked: nobody stands in its line
 		require.Equal(t, wantV, v)
 		require.LessOrEqual(t, left, 7*time.Second, "the holder's expiry is untouched")
 		for i, k := range set.Lock {

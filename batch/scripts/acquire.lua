@@ -9,7 +9,8 @@
 -- ARGV[3] ttl in milliseconds (server-side expiry; no client clock here)
 -- ARGV[4] mode: 'a' all or nothing, reporting up to 64 conflicts, or 'w'
 --         take the keys before the first conflict (a waiter's canonical
---         prefix) and mark the conflicting key as waited on, or 'c'
+--         prefix; the conflicting key is left as it is: a waiter by
+--         reservation marks it when it joins its line), or 'c'
 --         (confirm) as 'a' for an acquisition that waited by
 --         reservation (reserve.lua): no fast path, keys reserved for it
 --         count as free and keep their mark, and of a free key (a lapsed
@@ -190,9 +191,6 @@ for i = first, stop - 1 do
   if fencing then
     out[#out + 1] = f
   end
-end
-if stop <= last then
-  mark_key(keys[stop], redis.call('GET', keys[stop]))
 end
 out[1] = stop - first
 return out

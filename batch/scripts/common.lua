@@ -291,14 +291,6 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t
 end
 
--- mark_key puts the waiters' mark on lock key k, whose value the caller read
--- (v), unless it is there: its release hands the key on.
-local function mark_key(k, v)
-  if v and string.byte(v, -1) ~= 33 then -- '!'
-    redis.call('SET', k, v .. '!', 'KEEPTTL')
-  end
-end
-
 -- read_line reads lock key k's queue from its head to its n + 1st live
 -- entry (server ms now): {live = {member, score, ...}, dead = members
 -- past their deadline, more = whether the queue may go on}. Reads only.

@@ -159,6 +159,14 @@ local function leave_mine(k)
   return type(n) == 'number' and n > 0, writer
 end
 
+-- mark_key puts the waiters' mark on lock key k, whose value the caller read
+-- (v), unless it is there: its release hands the key on.
+local function mark_key(k, v)
+  if v and string.byte(v, -1) ~= 33 then -- '!'
+    redis.call('SET', k, v .. '!', 'KEEPTTL')
+  end
+end
+
 -- join puts the waiter in lock key k's queue by its ticket, marks k's
 -- value v, and returns the seq of the call that created its entry. An
 -- entry of its own under this inbox is kept (seq and score) unless fresh

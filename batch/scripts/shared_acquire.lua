@@ -219,8 +219,5 @@ for i = first, stop - 1 do
     end
   end
 end
-if stop <= last and not permits then
-  mark_key(keys[stop], redis.call('GET', keys[stop])) -- as acquire.lua does
-end
 out[1] = stop - first
 return out

@@ -41,8 +41,7 @@ const (
 	// someone else, and reports the conflicts it found (TryLock).
 	AllOrNothing Mode = iota
 	// Prefix takes, on each node, the keys before the first conflict in
-	// canonical order and (where the strategy can) marks the conflicting
-	// key so that its release hands it on (Lock).
+	// canonical order, and leaves the conflicting key as it is (Lock).
 	Prefix
 	// Confirm is AllOrNothing for an acquisition that waited by
 	// reservation (Queuer): keys reserved for it count as free, and it
