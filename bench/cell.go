@@ -164,8 +164,8 @@ func ProcCells(rtt time.Duration) []Cell {
 
 // Matrix lists every cell: uncontended by round trip, K, then W, then
 // contender (so that the contenders of one K and W run close in time),
-// then contended, then the process cells, then the kind cells of the
-// matrix (KindCells).
+// then contended, then the process cells and the reservation floor's,
+// then the kind cells of the matrix (KindCells).
 func Matrix() []Cell {
 	var out []Cell
 	for _, rtt := range RTTs {
@@ -189,8 +189,17 @@ func Matrix() []Cell {
 	}
 	for _, rtt := range ProcRTTs {
 		out = append(out, ProcCells(rtt)...)
+		out = append(out, FloorCell(rtt))
 	}
 	return append(out, KindCells()...)
+}
+
+// FloorCell is the reservation floor's cell at a round trip: the
+// contended cell's K and workers, each worker on keys of its own
+// (ReservationFloor: what a batch that waits across processes costs
+// Redis before any queue work).
+func FloorCell(rtt time.Duration) Cell {
+	return Cell{Contender: ReservationFloor, K: ContendedK, W: ContendedW, RTT: rtt}
 }
 
 // SharedMaxProcs is the GOMAXPROCS that gives each of procs processes its

@@ -56,7 +56,7 @@ var checkedFactory = Factory{
 
 // Probes are contenders that the matrix leaves out and the target pairs
 // use as references (Lookup finds them).
-var Probes = []Factory{checkedFactory}
+var Probes = []Factory{checkedFactory, floorFactory}
 
 type checkedContender struct {
 	env    *Env

@@ -110,6 +110,10 @@ type rule struct {
 	// Beside are ratios shown next to the figure, no verdict (the raw
 	// pipeline and sequential SET NX beside the owner-checked ceiling).
 	Beside [][2]bench.Cell
+	// Floor, when set, is the reservation floor's cell (bench.FloorCell)
+	// whose Redis commands or CPU per batch are shown beside A's: the part
+	// of A's cost that is the path itself, before any queue work.
+	Floor bench.Cell
 }
 
 // The groups of the targets table, in order.
@@ -205,8 +209,9 @@ func targetRules(rows []row) []rule {
 			if c[0].Procs > 0 && rtt != bench.FarRTT {
 				rounds = 0
 			}
-			add(rule{Group: groupAcross, Label: metricLabel(c[0], "Redis commands per batch"), A: c[0], B: c[1], Metric: commandsPerBatch, Need: acrossCommands, Rounds: rounds})
-			add(rule{Group: groupAcross, Label: metricLabel(c[0], "Redis CPU per batch against "+cellText(c[1])), A: c[0], B: c[1], Metric: redisCPURatio, Need: acrossCPU, Rounds: rounds})
+			floor := bench.FloorCell(rtt)
+			add(rule{Group: groupAcross, Label: metricLabel(c[0], "Redis commands per batch"), A: c[0], B: c[1], Metric: commandsPerBatch, Need: acrossCommands, Rounds: rounds, Floor: floor})
+			add(rule{Group: groupAcross, Label: metricLabel(c[0], "Redis CPU per batch against "+cellText(c[1])), A: c[0], B: c[1], Metric: redisCPURatio, Need: acrossCPU, Rounds: rounds, Floor: floor})
 			if rtt == bench.FarRTT {
 				add(rule{Group: groupAcross, Label: metricLabel(c[0], "wait p99"), A: c[0], B: c[1], Metric: waitP99, Need: float64(acrossWaitP99), Rounds: rounds})
 				add(rule{Group: groupAcross, Label: metricLabel(c[0], "longest wait"), A: c[0], B: c[1], Metric: longestWait, Need: float64(acrossWaitMax), Rounds: rounds})
@@ -731,11 +736,20 @@ func (rd reading) beside(rp report, pairs []*pairTarget) string {
 				parts = append(parts, fmt.Sprintf("%s: %s (matrix)", cellText(rd.B), rd.Metric.format(v)))
 			}
 		}
+		if f, ok := find(rp.rows, rd.Floor); ok && rd.Floor.Contender != "" && f.Err == nil {
+			if v, ok := metricOf(rd.Metric, f, nil); ok {
+				parts = append(parts, fmt.Sprintf("the same path with every key free (%s): %s (matrix)", cellText(rd.Floor), rd.Metric.format(v)))
+			}
+		}
 	case redisCPURatio:
 		a, okA := find(rp.rows, rd.A)
 		b, okB := find(rp.rows, rd.B)
 		if okA && okB {
 			parts = append(parts, fmt.Sprintf("%s per batch against %s (matrix)", ms(a.PerBatch(a.Server.CPU)), ms(b.PerBatch(b.Server.CPU))))
+		}
+		if f, ok := find(rp.rows, rd.Floor); ok && okB && rd.Floor.Contender != "" && f.Err == nil && f.Batches > 0 && b.Server.CPU > 0 {
+			fc, bc := f.PerBatch(f.Server.CPU), b.PerBatch(b.Server.CPU)
+			parts = append(parts, fmt.Sprintf("the same path with every key free (%s): %s per batch, %s× (matrix)", cellText(rd.Floor), ms(fc), ratioText(float64(fc)/float64(bc))))
 		}
 	case batchRatio:
 		if rd.A.Hot > 0 && (rd.Cond.BusyA > 0 || rd.Cond.BusyB > 0) {
