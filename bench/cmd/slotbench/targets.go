@@ -158,10 +158,11 @@ const (
 	mixedRate    = 1.0
 	mixedWaitP99 = 1.2
 	kindRate     = 0.9
-	// kindRounds is the rounds of each kind pair: two, one in each
-	// order (balanced). Six pairs of four rounds would add about two
-	// minutes to make bench; two add about one.
-	kindRounds = 2
+	// kindRounds is the rounds of each kind pair, balanced (as many in
+	// each order): four, since these cells sit near their targets and
+	// one noisy round in two decided a verdict. The six pairs cost about
+	// two minutes of make bench.
+	kindRounds = 4
 )
 
 // Rounds of the pairs: pairRounds by default; k1Rounds at K = 1 on
