@@ -21,7 +21,7 @@ func writeKinds(b *strings.Builder, rp report, pairs []*pairTarget) {
 	p("*Permits* ask for 1-%d units of one or two of %d resources of %d units each, and no keys. ", bench.PermitUnits, bench.PermitResources, bench.PermitLimit)
 	p("Grants/s counts the grants within the cell's time, over that time; a request granted after it (it may have waited up to %s) counts in the waits only.\n\n", ms(bench.KindWait))
 	p("Holds are checked as for the other cells, by kind: before timing, each exclusive key is read back holding the lease's token (a reentrant lease's keys: all one holder, the owner token being the Locker's secret) and each shared key holding a shared value; during timing, the exclusion table lets readers of a key overlap each other and nothing else, and counts each resource's units, a count above its limit being a violation; across processes the parent replays every process's holds, shared keys and permits included, through the same table.\n\n")
-	p("These cells run only in the pairs their targets read (two rounds each, one in each order), and the permit cells in the matrix: as matrix cells too the paired kinds would cost `make bench` about 70 s more.\n\n")
+	p("These cells run only in the pairs their targets read (%d rounds each, as many in each order), and the permit cells in the matrix: as matrix cells too the paired kinds would cost `make bench` about 70 s more.\n\n", kindRounds)
 	p("| kind | where | rounds | grants/s | wait p99 | longest wait | waits that ran out |\n|---|---|---:|---:|---:|---:|---:|\n")
 	for _, procs := range []int{0, bench.KindProcs} {
 		for _, k := range bench.Kinds {
