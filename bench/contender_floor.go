@@ -35,11 +35,7 @@ var floorFactory = Factory{
 		if err != nil {
 			return nil, err
 		}
-		prefix := ""
-		if env.prefix != "" {
-			prefix = env.prefix + "slotlock"
-		}
-		names, err := slot.NewNamer(prefix)
+		names, err := slot.NewNamer(slotlockPrefix(env))
 		if err != nil {
 			client.Close()
 			return nil, err

@@ -27,12 +27,7 @@ func slotlockFactory(name string, perSlot, perWorker bool, about string) Factory
 				return nil, err
 			}
 			c := &slotlockContender{env: env, client: client, kind: env.kind}
-			// Under the environment's prefix on a cluster the user
-			// already has; slotlock's default elsewhere.
-			prefix := ""
-			if env.prefix != "" {
-				prefix = env.prefix + "slotlock"
-			}
+			prefix := slotlockPrefix(env)
 			n := 1
 			if perWorker {
 				n = workers
@@ -51,6 +46,16 @@ func slotlockFactory(name string, perSlot, perWorker bool, about string) Factory
 			return c, nil
 		},
 	}
+}
+
+// slotlockPrefix is the slotlock key prefix of env's cells: under the
+// environment's prefix on a cluster the user already has; slotlock's
+// default elsewhere.
+func slotlockPrefix(env *Env) string {
+	if env.prefix != "" {
+		return env.prefix + "slotlock"
+	}
+	return ""
 }
 
 type slotlockContender struct {
