@@ -455,10 +455,13 @@ func listenForHandOffs(ctx context.Context, t *testing.T, addrs []string, inboxe
 			var once sync.Once
 			hooked := rueidis.WithOnSubscriptionHook(sctx, func(rueidis.PubSubSubscription) { once.Do(func() { close(ready) }) })
 			_ = cl.Receive(hooked, cl.B().Ssubscribe().Channel(in).Build(), func(m rueidis.PubSubMessage) {
-				if f := strings.Fields(m.Message); len(f) == 3 && f[0] == "h" {
-					select {
-					case out <- f[1]:
-					default:
+				// lockval.HandOff + lock key + ' ' + waiter/seq
+				if rest, ok := strings.CutPrefix(m.Message, lockval.HandOff); ok {
+					if k, _, ok := strings.Cut(rest, " "); ok {
+						select {
+						case out <- k:
+						default:
+						}
 					}
 				}
 			})
