@@ -19,8 +19,8 @@ import (
 // TestBareFirstAttempt covers the bare SET NX first attempt of a plain
 // batch (batch.takeBare), on the engine directly: it takes free keys
 // without any script, with the lease's token and TTL; it is not used
-// before a script has run on the deployment, nor right after a bare
-// attempt met a held key; when it meets a held key, the keys it took stay
+// before a script has run on the deployment, nor right after an
+// acquisition met a held key; when it meets a held key, the keys it took stay
 // reported as held (so the caller's rollback finds them), the held key is
 // reported by the script with its holder's remaining time and is left
 // alone, unmarked in either mode (a waiter marks a key when it joins its
@@ -144,7 +144,9 @@ func TestBareFirstAttempt(t *testing.T) {
 			}
 		}
 
-		// Right after a miss, first attempts go to the script.
+		// Right after a miss (which the protocol reports: Met), first
+		// attempts go to the script.
+		eng.Met(true)
 		next := newSet(fmt.Sprintf("next%d", tc.mode), 8)
 		before := scripts()
 		a = eng.Attempt(ctx, next, 0, &protocol.Request{Who: me, TTL: ttl}, first(tc.mode))

@@ -20,13 +20,6 @@ import (
 // plain batch tries bare SETs first").
 const BareMax = 256
 
-// bareSkipAfterMiss is how many first attempts skip takeBare after one
-// met a held key: where batches collide in Redis (several processes on
-// the same keys), a bare attempt that fails costs a round trip more than
-// the script alone, and its partial holds get in others' way until the
-// script's answer trims them.
-const bareSkipAfterMiss = 8
-
 // bareFits reports whether an attempt over n keys may use takeBare: a
 // plain lease (no fencing token to draw, no hold set to join, no replicas
 // to wait for) of at most BareMax keys, on a deployment where an acquire
@@ -36,8 +29,8 @@ const bareSkipAfterMiss = 8
 // attempts are never bare: it may be in line for its keys, and only the
 // script takes a key handed to it and leaves its queues (acquire.lua,
 // mode 'v'). Otherwise one key is tried on every attempt: it cannot be
-// half taken. More are tried on the first attempt only, and not while
-// bareSkip counts down after a miss.
+// half taken. More are tried on the first attempt only, and only while
+// nearly every recent acquisition found its keys free (contention.go).
 func (e *Engine) bareFits(n int, r *protocol.Request, opt protocol.AttemptOptions) bool {
 	if n < 1 || n > BareMax || r.Who.Lease != "" || r.Fencing || r.MinReplicas > 0 || !e.scriptsRun.Load() || opt.Mode == protocol.Confirm {
 		return false
@@ -51,11 +44,10 @@ func (e *Engine) bareFits(n int, r *protocol.Request, opt protocol.AttemptOption
 	if !opt.First {
 		return false
 	}
-	if e.bareSkip.Load() > 0 {
-		e.bareSkip.Add(-1)
-		return false
-	}
-	return true
+	// Where batches collide in Redis, a bare attempt that fails costs a
+	// round trip more than the script alone, and its partial holds get in
+	// others' way until the script's answer trims them.
+	return e.contention.rate() < bareBelow
 }
 
 // takeBare takes keys from.. of set with SET key token NX PX ttl, bare
@@ -82,9 +74,7 @@ func (e *Engine) bareFits(n int, r *protocol.Request, opt protocol.AttemptOption
 // reply was lost is found there), and keeps what the bare commands took
 // in State: the protocol's Lock gives back what lies above the first key it
 // could not get, TryLock gives back everything, as after any partial attempt. Other
-// batches may see those keys held for that round trip, no longer. A miss
-// over several keys makes the next bareSkipAfterMiss first attempts go
-// straight to the script.
+// batches may see those keys held for that round trip, no longer.
 func (e *Engine) takeBare(ctx context.Context, set *protocol.Set, from int, r *protocol.Request, st []protocol.KeyState) (taken, tried bool) {
 	who, ttl := r.Who, r.TTL
 	m, err := e.topo.Current(ctx)
@@ -133,9 +123,6 @@ func (e *Engine) takeBare(ctx context.Context, set *protocol.Set, from int, r *p
 	}
 	for k, r := range e.client.DoMulti(ctx, cmds...) {
 		note(from+k, r)
-	}
-	if !taken {
-		e.bareSkip.Store(bareSkipAfterMiss)
 	}
 	return taken, true
 }

@@ -55,9 +55,9 @@ type Engine struct {
 	// not at the release of a key a bare SET took.
 	scriptsRun atomic.Bool
 
-	// bareSkip counts first attempts that go straight to the script
-	// because a recent bare attempt met a held key (see takeBare).
-	bareSkip atomic.Int32
+	// contention decides whether a Lock skips its first attempt and
+	// whether that attempt is bare (contention.go).
+	contention contention
 
 	workers workers // the goroutines of multi-node operations
 

@@ -33,16 +33,13 @@ import (
 
 var _ protocol.Queuer = (*Engine)(nil)
 
-// Contended is true while bareSkip counts down after a first attempt met a
-// held key (protocol.Queuer): each call counts one down, as each first
-// attempt that skips takeBare does.
-func (e *Engine) Contended() bool {
-	if e.bareSkip.Load() > 0 {
-		e.bareSkip.Add(-1)
-		return true
-	}
-	return false
-}
+// Contended reports whether a Lock should wait by reservation without a
+// first attempt (protocol.Queuer): while at least half of this Engine's
+// recent acquisitions met a key they could not take (contention.go).
+func (e *Engine) Contended() bool { return e.contention.rate() >= contendedAt }
+
+// Met records an acquisition's first contact (protocol.Queuer).
+func (e *Engine) Met(conflict bool) { e.contention.note(conflict) }
 
 // srvClock is the Engine's latest sample of server time, for tickets.
 type srvClock struct {

@@ -281,6 +281,9 @@ func TryLock(ctx context.Context, s Strategy, set *Set, r *Request) (Grant, erro
 		a := s.Attempt(ctx, set, 0, r, AttemptOptions{Mode: AllOrNothing, First: round == 0})
 		r.Stats.attempt(&a)
 		q.record(&a, 0, t0)
+		if qs, ok := s.(Queuer); ok && round == 0 && a.Err == nil {
+			qs.Met(len(a.Conflicts) > 0)
+		}
 		var err error
 		if a.FirstFailure(0) == set.Len() {
 			var g Grant
@@ -324,7 +327,7 @@ func Lock(ctx context.Context, s Strategy, set *Set, r *Request) (Grant, error) 
 	giveUp := func(cause error) (Grant, error) { return q.giveUp(ctx, cause) }
 	if qs, ok := s.(Queuer); ok && qs.Contended() {
 		if ticket, err := qs.Ticket(ctx); err == nil {
-			return lockByReservation(ctx, qs, q, ticket)
+			return lockByReservation(ctx, qs, q, ticket, true)
 		}
 	}
 	for first := true; ; first = false {
@@ -349,6 +352,9 @@ func Lock(ctx context.Context, s Strategy, set *Set, r *Request) (Grant, error) 
 		q.record(&a, from, t0)
 		f := a.FirstFailure(from)
 		failure := a.Err
+		if qs, ok := s.(Queuer); ok && first && failure == nil {
+			qs.Met(f < n)
+		}
 		if f == n {
 			g, bad, err := q.finish(ctx, &a, t0)
 			if bad == n {
@@ -367,7 +373,7 @@ func Lock(ctx context.Context, s Strategy, set *Set, r *Request) (Grant, error) 
 		if first {
 			if qs, ok := s.(Queuer); ok {
 				if ticket, err := qs.Ticket(ctx); err == nil {
-					return lockByReservation(ctx, qs, q, ticket)
+					return lockByReservation(ctx, qs, q, ticket, false)
 				}
 				// No server time (a node unreachable): wait keeping a
 				// prefix this time.

@@ -19,6 +19,10 @@ type Queuer interface {
 	// that fails costs a round trip and holds keys others wait for until
 	// the Reserve after it.
 	Contended() bool
+	// Met records whether an acquisition's first contact with Redis (its
+	// first attempt, or the first Reserve of a Lock that skipped it) met
+	// a key it could not take: what Contended decides by.
+	Met(conflict bool)
 	// Ticket returns a new acquisition's ticket: its age, the same in
 	// every call it makes (an estimate of the servers' time; it decides
 	// order only, never exclusion).
@@ -131,10 +135,12 @@ const ReserveRefresh = 500 * time.Millisecond / 3
 // yield (a message, or ReserveRefresh) and two round trips.
 
 // lockByReservation continues Lock for an acquisition whose first attempt
-// (a) did not take every key: it waits by reservation until its evidence
-// (evidence.go) says every key is reserved for it, and is then granted by
-// its confirm, or until ctx ends.
-func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket string) (Grant, error) {
+// (a) did not take every key, or that skipped it (Contended): it waits by
+// reservation until its evidence (evidence.go) says every key is reserved
+// for it, and is then granted by its confirm, or until ctx ends. A first
+// round of one that skipped its attempt tells the Queuer whether it met
+// contention (Met): it found every key free, or not.
+func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket string, skipped bool) (Grant, error) {
 	set, r := q.set, q.r
 	n := set.Len()
 	msgs, stop := s.Listen(r)
@@ -224,6 +230,9 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 			}
 			errs = 0
 			reserve = false
+			if skipped && seq == 1 {
+				s.Met(!ws.ready())
+			}
 			next := QueuedRefresh
 			if res.Deaf || ws.anyMine() {
 				next = ReserveRefresh
