@@ -71,17 +71,19 @@ type script struct {
 	nodeSHA, slotSHA   string
 }
 
-// newScript builds a script; allowOOM says whether it may run over
+// newScript builds a script of body after the helpers it uses, of
+// common.lua, hold.lua and libs; allowOOM says whether it may run over
 // maxmemory (see the shebangs).
-func newScript(name, body string, allowOOM bool) *script {
+func newScript(name, body string, allowOOM bool, libs ...string) *script {
 	node, slot := shebangNode, shebangSlot
 	if allowOOM {
 		node, slot = shebangNodeOOM, shebangSlotOOM
 	}
+	text := helpersFor(commonLua+reentrant.HoldLua()+strings.Join(libs, ""), body) + body
 	s := &script{
 		name:     name,
-		nodeText: node + commonLua + reentrant.HoldLua() + body,
-		slotText: slot + commonLua + reentrant.HoldLua() + body,
+		nodeText: node + text,
+		slotText: slot + text,
 	}
 	s.nodeSHA = sha1Hex(s.nodeText)
 	s.slotSHA = sha1Hex(s.slotText)
@@ -121,6 +123,73 @@ func commandOnLine(text string, n int) string {
 
 var callRE = regexp.MustCompile(`redis\.p?call\('([A-Za-z]+)'(?:, '([A-Z]+)')?`)
 
+// helpersFor returns the definitions of lib (top-level `local function
+// name` ... `end` blocks and one-line `local NAME = value` lines, each
+// with the comment above it) that body uses, directly or through another,
+// in lib's order. Every top-level statement of a script runs at every
+// call: a helper the script never calls still costs its master a closure
+// per call (the whole library cost about 3 us per call, an empty script
+// 2). Any other top-level line in lib panics: the split would be wrong.
+func helpersFor(lib, body string) string {
+	type def struct {
+		name, text string
+	}
+	var defs []def
+	var pending strings.Builder // comments and blank lines above a definition
+	lines := strings.SplitAfter(lib, "\n")
+	for i := 0; i < len(lines); i++ {
+		l := lines[i]
+		switch {
+		case strings.TrimSpace(l) == "" || strings.HasPrefix(l, "--"):
+			pending.WriteString(l)
+			continue
+		}
+		m := defRE.FindStringSubmatch(l)
+		if m == nil {
+			panic(fmt.Sprintf("batch: a helper library's line %q is not a definition", l))
+		}
+		text := pending.String() + l
+		pending.Reset()
+		if m[1] != "" { // a function: up to its column-0 end
+			for i++; i < len(lines) && strings.TrimRight(lines[i], "\n") != "end"; i++ {
+				text += lines[i]
+			}
+			if i == len(lines) {
+				panic("batch: helper " + m[2] + " has no end")
+			}
+			text += lines[i]
+		}
+		defs = append(defs, def{m[2], text})
+	}
+	used := map[string]bool{}
+	for _, w := range wordRE.FindAllString(body, -1) {
+		used[w] = true
+	}
+	// Dependencies come before their users: walk back once.
+	keep := make([]bool, len(defs))
+	for i := len(defs) - 1; i >= 0; i-- {
+		if !used[defs[i].name] {
+			continue
+		}
+		keep[i] = true
+		for _, w := range wordRE.FindAllString(defs[i].text, -1) {
+			used[w] = true
+		}
+	}
+	var b strings.Builder
+	for i, d := range defs {
+		if keep[i] {
+			b.WriteString(d.text)
+		}
+	}
+	return b.String()
+}
+
+var (
+	defRE  = regexp.MustCompile(`^local (function )?([A-Za-z_][A-Za-z0-9_]*)(\(| = [^{(]*$| = [^{]*\)\s*$)`)
+	wordRE = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
+)
+
 func sha1Hex(s string) string {
 	sum := sha1.Sum([]byte(s))
 	return hex.EncodeToString(sum[:])
@@ -129,14 +198,14 @@ func sha1Hex(s string) string {
 var (
 	// acquireScript alone draws fencing tokens: fence.lua's helpers go
 	// before its body.
-	acquireScript = newScript("acquire", fenceLua+acquireBody, false)
+	acquireScript = newScript("acquire", acquireBody, false, fenceLua)
 	releaseScript = newScript("release", releaseBody, true)
 	extendScript  = newScript("extend", extendBody, true)
 	guardScript   = newScript("guard", guardBody, false)
 	// reserveScript is a waiter's reserve and leave (reserve.lua), with
 	// shared.lua's helpers for permits. Its leave gives keys back, so it
 	// may run over maxmemory, as release.
-	reserveScript = newScript("reserve", sharedLua+reserveBody, true)
+	reserveScript = newScript("reserve", reserveBody, true, sharedLua)
 	// release1Script is the one-key release: one form, the key declared,
 	// common.lua's helpers (for holder_of) but not the hold sets'. It
 	// declares allow-cross-slot-keys only for its hand-off's SPUBLISH to
@@ -144,10 +213,10 @@ var (
 	// (refused without the flag); its keys are all of one slot. A server
 	// that refuses the flag fails it before it runs, and the general
 	// release runs instead (releaseOne).
-	release1Script = rueidis.NewLuaScript(shebangNodeOOM + commonLua + release1Body)
+	release1Script = rueidis.NewLuaScript(shebangNodeOOM + helpersFor(commonLua, release1Body) + release1Body)
 	// The request form's shared keys and permits: shared.lua's helpers
 	// travel after common.lua's, in these three and reserve.
-	sharedAcquireScript = newScript("acquire", sharedLua+sharedAcquireBody, false)
-	sharedReleaseScript = newScript("release", sharedLua+sharedReleaseBody, true)
-	sharedExtendScript  = newScript("extend", sharedLua+sharedExtendBody, true)
+	sharedAcquireScript = newScript("acquire", sharedAcquireBody, false, sharedLua)
+	sharedReleaseScript = newScript("release", sharedReleaseBody, true, sharedLua)
+	sharedExtendScript  = newScript("extend", sharedExtendBody, true, sharedLua)
 )
