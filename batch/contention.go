@@ -5,8 +5,8 @@ import "sync/atomic"
 // contention estimates how often an acquisition of this Engine meets a
 // key it cannot take at its first contact with Redis: a moving average
 // over the last few acquisitions (weight 1/contentionWindow each) of
-// whether a Lock's first attempt, or the first reserve round of one that
-// skipped it, found every key free. Both samples say the same thing, so
+// whether a Lock's or TryLock's first attempt, or the first reserve round
+// of a Lock that skipped it, found every key free. Both samples say the same thing, so
 // the estimate keeps learning whichever way the acquisitions go.
 //
 // It decides two things, each by what the other choice costs when it

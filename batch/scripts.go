@@ -127,9 +127,9 @@ var callRE = regexp.MustCompile(`redis\.p?call\('([A-Za-z]+)'(?:, '([A-Z]+)')?`)
 // name` ... `end` blocks and one-line `local NAME = value` lines, each
 // with the comment above it) that body uses, directly or through another,
 // in lib's order. Every top-level statement of a script runs at every
-// call: a helper the script never calls still costs its master a closure
-// per call (the whole library cost about 3 us per call, an empty script
-// 2). Any other top-level line in lib panics: the split would be wrong.
+// call: a helper the script never calls would still cost its master a
+// closure per call. Any other top-level line in lib panics: the split
+// would be wrong.
 func helpersFor(lib, body string) string {
 	type def struct {
 		name, text string
@@ -139,8 +139,7 @@ func helpersFor(lib, body string) string {
 	lines := strings.SplitAfter(lib, "\n")
 	for i := 0; i < len(lines); i++ {
 		l := lines[i]
-		switch {
-		case strings.TrimSpace(l) == "" || strings.HasPrefix(l, "--"):
+		if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "--") {
 			pending.WriteString(l)
 			continue
 		}
