@@ -282,7 +282,7 @@ func TryLock(ctx context.Context, s Strategy, set *Set, r *Request) (Grant, erro
 		r.Stats.attempt(&a)
 		q.record(&a, 0, t0)
 		if qs, ok := s.(Queuer); ok && round == 0 && a.Err == nil {
-			qs.Met(len(a.Conflicts) > 0)
+			qs.Met(a.FirstFailure(0) < set.Len()) // as Lock's first attempt
 		}
 		var err error
 		if a.FirstFailure(0) == set.Len() {
