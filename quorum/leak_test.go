@@ -8,16 +8,21 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/slotlock/slotlock"
+	"github.com/slotlock/slotlock/internal/redistest"
 	"github.com/slotlock/slotlock/quorum"
 )
 
 // TestNoGoroutineLeaks: leases' monitors, the deployments' watchdogs and
 // an attempt held up by a frozen deployment all end with Release and
-// Close. Not parallel: goleak sees every goroutine of the process.
+// Close. Not parallel: goleak sees every goroutine of the process. The
+// clients are made and closed inside the checked span: a rueidis client
+// dials its connections lazily, on a wire it picks at random, so a client
+// made before it would start goroutines of its own inside it.
 func TestNoGoroutineLeaks(t *testing.T) {
-	e := privateEnv(t, 3)
+	d := redistest.StartDeploymentsForTest(t, 3, redistest.Options{})
 	ignore := goleak.IgnoreCurrent()
 	func() {
+		e := newEnvOn(t, d)
 		ctx := ctxT(t, 30*time.Second)
 		l, err := quorum.New(e.clients, quorum.Options{
 			Options:        slotlock.Options{Prefix: e.prefix, TTL: time.Second, CleanupTimeout: time.Second},
@@ -37,6 +42,9 @@ func TestNoGoroutineLeaks(t *testing.T) {
 		require.NoError(t, le.Release(ctx))
 		require.NoError(t, e.d.Node(2).Resume())
 		require.NoError(t, l.Close())
+		for _, c := range e.clients {
+			c.Close()
+		}
 	}()
 	goleak.VerifyNone(t, ignore)
 }
