@@ -648,3 +648,42 @@ func TestLeaveWakesTheReadersBehind(t *testing.T) {
 	}
 	s.do(ctx, t, []string{"DEL", s.lock, s.q})
 }
+
+// TestRoundOneUndoesItsReservationsOnAnError: round 1 reserves free keys
+// as it reads them (SET NX GET). A node call whose second key is of a slot
+// another node serves fails there; the first key, free before the call,
+// is free after it: an error reply means nothing was written. Mutation
+// checked: without the undo the first key stays reserved for the waiter.
+func TestRoundOneUndoesItsReservationsOnAnError(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := newSeqNode(ctx, t, "r1u", "k")
+	c := redistest.Require(t, cluster)
+	names, err := slot.NewNamer("r1u")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var elsewhere string
+	for i := 0; elsewhere == ""; i++ {
+		key := fmt.Sprintf("x%d", i)
+		n, err := c.NodeForSlot(ctx, slot.KeySlot(key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Addr() != s.n.Addr() {
+			elsewhere = names.LockKey(key)
+		}
+	}
+	s.do(ctx, t, []string{"DEL", s.lock, s.q})
+	inbox := inboxIn(s.lock, "W")
+	err = s.n.Do(ctx, "EVAL", reserveScript.nodeText, "1", s.lock,
+		"w", "1000", inbox, "r:1", s.lock, elsewhere).Error()
+	t.Logf("r:1 on %s and %s: %v", s.lock, elsewhere, err)
+	if err == nil {
+		t.Fatal("r:1 with a key of another node's slot: no error")
+	}
+	if v := s.get(ctx); v != "" {
+		t.Errorf("after the failed call: %s is %q, want free", s.lock, v)
+	}
+	s.do(ctx, t, []string{"DEL", s.lock, s.q})
+}

@@ -105,9 +105,10 @@ local function ours(v)
 end
 
 -- Read every key, and the queue of every key whose queue this call may
--- write, before the first write. An unmarked key of the waiter's own has
--- no queue to read (I-mark: a key with waiters in line is marked, and a
--- waiter leaves a key's line when the key becomes its own). A free key
+-- write, before the first write (round 1 reserves free keys as it reads
+-- them, below). An unmarked key of the waiter's own has no queue to read
+-- (I-mark: a key with waiters in line is marked, and a waiter leaves a
+-- key's line when the key becomes its own). A free key
 -- may have one (a reservation expired unused, a holder's lease expired,
 -- a script-free release deleted it), but round 1 does not read it: the
 -- waiter has no entry there yet, and an older waiter in that line asks
@@ -115,6 +116,20 @@ end
 -- waiter reserved the key before it joined.
 local now, t = now_ms()
 local vals, lined, held = {}, {}, {}
+
+-- reservation is the value of a key reserved for the waiter by this call.
+local function reservation(mark)
+  return '^' .. ticket .. ':' .. waiter .. '/' .. sq .. ':' .. inbox .. mark
+end
+
+-- Round 1 reads a lock key by reserving it if it is free, SET NX GET: one
+-- call where a GET and a SET were two, and what the loop below would do
+-- with a free key of round 1 (its line is not read, its reservation is
+-- unmarked). A failed call (a slot this node no longer serves) deletes
+-- what round 1 reserved before it: an error reply means nothing was
+-- written.
+local take = mode == 'r' and seq == 1
+local taken = {}
 for i = first, last do
   if permits then
     -- A permit: its holders (a limit other than the live holders' is
@@ -126,7 +141,21 @@ for i = first, last do
     held[i] = r
     lined[i] = read_queue(keys[i])
   else
-    local v = redis.call('GET', keys[i])
+    local v
+    if take then
+      v = redis.pcall('SET', keys[i], reservation(''), 'NX', 'GET', 'PX', RESERVE_MS)
+      if type(v) == 'table' then
+        for j = first, i - 1 do
+          if taken[j] then
+            redis.call('DEL', keys[j])
+          end
+        end
+        return v
+      end
+      taken[i] = not v
+    else
+      v = redis.call('GET', keys[i])
+    end
     vals[i] = v or false
     if mode == 'l' or (not v and seq > 1) or (v and (string.byte(v, -1) == 33 or
         (reserved_for(v) ~= waiter and v ~= waiter and holder_of(v) ~= waiter))) then
@@ -247,7 +276,9 @@ for i = first, last do
   local k, v = keys[i], vals[i]
   local code = 0
   local mine, guarded = ours(v)
-  if guarded then
+  if taken[i] then
+    -- Reserved by the read (round 1).
+  elseif guarded then
     code = -1
   elseif mode == 'l' then
     local more, writer = false, false
@@ -295,7 +326,7 @@ for i = first, last do
       if lined[i] and leave_mine(k) then
         mark = '!'
       end
-      redis.call('SET', k, '^' .. ticket .. ':' .. waiter .. '/' .. sq .. ':' .. inbox .. mark, 'PX', RESERVE_MS)
+      redis.call('SET', k, reservation(mark), 'PX', RESERVE_MS)
     end
   else
     code = join(k, v, false)
