@@ -13,19 +13,18 @@
 --   ticket  that acquisition's age: server time in microseconds, decimal
 --   seq     the call of that acquisition the reservation rests on: the
 --           reserve call that wrote it, or the call that created the queue
---           entry a hand-off popped;
---           decimal, 1 to 15 digits; absent (seq 0) in a value written by
---           an older version
+--           entry a hand-off popped; decimal, 1 to 15 digits; absent
+--           (seq 0) in a value written by an older version
 --   inbox   the sharded channel its Locker listens on, on this node
 --   '!'     a waiter's mark: the key's queue may hold waiters, and its
 --           release hands the key on (hand_off)
--- '^' is not base64url, so a reserved value never equals or starts with a
--- token: every check that compares a value with a holder (SET NX, the
--- pipeline strategy's compare, is_mine in hold.lua) refuses a
--- reservation, even one naming the lease's own token: a lease holds its
--- keys from its grant, never in reserved form. Tokens
--- are base64url: never '.', '!', '#', ':', ' ', '^' or '~'; an inbox ends with
--- one (its Locker id), so a trailing '!' is always the mark.
+-- Tokens are base64url: never '.', '!', '#', ':', ' ', '^' or '~'. So a
+-- reserved value never equals or starts with a token: every check that
+-- compares a value with a holder (SET NX, the pipeline strategy's
+-- compare, is_mine in hold.lua) refuses a reservation, even one naming
+-- the lease's own token (a lease holds its keys from its grant, never in
+-- reserved form); and as an inbox ends with a token (its Locker id), a
+-- trailing '!' is always the mark.
 -- Reentrant leases also keep a hold set beside the lock key (package
 -- reentrant, hold.lua, which follows this file in every script).
 -- The Go side of this format is internal/lockval (Holder, Fence, Marked,

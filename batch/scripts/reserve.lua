@@ -105,31 +105,20 @@ local function ours(v)
 end
 
 -- Read every key, and the queue of every key whose queue this call may
--- write, before the first write (round 1 reserves free keys as it reads
--- them, below). An unmarked key of the waiter's own has no queue to read
--- (I-mark: a key with waiters in line is marked, and a waiter leaves a
--- key's line when the key becomes its own). A free key
--- may have one (a reservation expired unused, a holder's lease expired,
--- a script-free release deleted it), but round 1 does not read it: the
--- waiter has no entry there yet, and an older waiter in that line asks
--- for the key at its next round (rule Y), as it does when any younger
--- waiter reserved the key before it joined.
+-- write, before the first write; but round 1 reserves a free key as it
+-- reads it (SET NX GET: one call where GET and SET were two) and reads no
+-- line of it: the waiter has no entry there yet, and an older waiter in
+-- that line (a reservation expired unused, a holder's lease expired, a
+-- script-free release deleted the key) asks for the key at its next round
+-- (rule Y), as it does when any younger waiter reserved the key before it
+-- joined. A failure in round 1 (a slot moved away) deletes what it
+-- reserved: an error reply means nothing was written. An unmarked key of
+-- the waiter's own has no queue to read (I-mark: a key with waiters in
+-- line is marked, and a waiter leaves a key's line when it is its own).
 local now, t = now_ms()
 local vals, lined, held = {}, {}, {}
-
--- reservation is the value of a key reserved for the waiter by this call.
-local function reservation(mark)
-  return '^' .. ticket .. ':' .. waiter .. '/' .. sq .. ':' .. inbox .. mark
-end
-
--- Round 1 reads a lock key by reserving it if it is free, SET NX GET: one
--- call where a GET and a SET were two, and what the loop below would do
--- with a free key of round 1 (its line is not read, its reservation is
--- unmarked). A failed call (a slot this node no longer serves) deletes
--- what round 1 reserved before it: an error reply means nothing was
--- written.
-local take = mode == 'r' and seq == 1
-local taken = {}
+local resv = '^' .. ticket .. ':' .. waiter .. '/' .. sq .. ':' .. inbox
+local take, taken = mode == 'r' and seq == 1, {}
 for i = first, last do
   if permits then
     -- A permit: its holders (a limit other than the live holders' is
@@ -143,16 +132,14 @@ for i = first, last do
   else
     local v
     if take then
-      v = redis.pcall('SET', keys[i], reservation(''), 'NX', 'GET', 'PX', RESERVE_MS)
+      v = redis.pcall('SET', keys[i], resv, 'NX', 'GET', 'PX', RESERVE_MS)
       if type(v) == 'table' then
-        for j = first, i - 1 do
-          if taken[j] then
-            redis.call('DEL', keys[j])
-          end
+        for j in pairs(taken) do
+          redis.call('DEL', keys[j])
         end
         return v
       end
-      taken[i] = not v
+      taken[i] = not v or nil
     else
       v = redis.call('GET', keys[i])
     end
@@ -186,14 +173,6 @@ local function leave_mine(k)
   end
   local n = redis.pcall('ZCARD', q)
   return type(n) == 'number' and n > 0, writer
-end
-
--- mark_key puts the waiters' mark on lock key k, whose value the caller read
--- (v), unless it is there: its release hands the key on.
-local function mark_key(k, v)
-  if v and string.byte(v, -1) ~= 33 then -- '!'
-    redis.call('SET', k, v .. '!', 'KEEPTTL')
-  end
 end
 
 -- join puts the waiter in lock key k's queue by its ticket, marks k's
@@ -230,7 +209,9 @@ local function join(k, v, fresh)
   if #stale > 0 then
     redis.call('ZREM', q, unpack(stale))
   end
-  mark_key(k, v)
+  if v and string.byte(v, -1) ~= 33 then -- '!': its release hands k on
+    redis.call('SET', k, v .. '!', 'KEEPTTL')
+  end
   return e
 end
 
@@ -276,8 +257,7 @@ for i = first, last do
   local k, v = keys[i], vals[i]
   local code = 0
   local mine, guarded = ours(v)
-  if taken[i] then
-    -- Reserved by the read (round 1).
+  if taken[i] then -- reserved as it was read
   elseif guarded then
     code = -1
   elseif mode == 'l' then
@@ -326,7 +306,7 @@ for i = first, last do
       if lined[i] and leave_mine(k) then
         mark = '!'
       end
-      redis.call('SET', k, reservation(mark), 'PX', RESERVE_MS)
+      redis.call('SET', k, resv .. mark, 'PX', RESERVE_MS)
     end
   else
     code = join(k, v, false)
