@@ -687,3 +687,52 @@ func TestRoundOneUndoesItsReservationsOnAnError(t *testing.T) {
 	}
 	s.do(ctx, t, []string{"DEL", s.lock, s.q})
 }
+
+// TestAJoiningReaderWakesOneReader: a reader woken in a shared key's line
+// (not handed the key) that joins the holders wakes only the reader its
+// leaving brings into the span a wake reaches (the WAKE_MAX-th entry): the
+// readers before it were woken with it. Line: l, then 64 readers r1..r64;
+// l's confirm leaves r1..r64, and only r64 hears 'h <key> r64/1'.
+// Mutations checked: every joining reader waking the whole span (r1 is
+// woken first); a joining reader waking nobody (no message: r64 would
+// wait for its refresh).
+func TestAJoiningReaderWakesOneReader(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := newSeqNode(ctx, t, "wjr", "k")
+	lin, rin := inboxIn(s.lock, "L"), inboxIn(s.lock, "R")
+	msgs := subscribe(ctx, t, s.n, rin)
+	line := []string{"ZADD", s.q, "100", "l/1 " + lin + "~"}
+	for i := 1; i <= 64; i++ {
+		line = append(line, fmt.Sprint(100+i), fmt.Sprintf("r%d/1 %s~", i, rin))
+	}
+	s.do(ctx, t, []string{"DEL", s.lock, s.q}, []string{"SET", s.lock, "~r0!", "PX", "30000"}, line)
+	res, err := s.n.Do(ctx, "EVAL", sharedAcquireScript.nodeText, "1", s.lock,
+		"l", "", "10000", "c:100", "s", s.lock).AsIntSlice()
+	if err != nil || len(res) < 1 || res[0] != 1 {
+		t.Fatalf("l's confirm: %v %v, want the key granted", res, err)
+	}
+	select {
+	case m := <-msgs:
+		if want := "h " + s.lock + " r64/1"; m != want {
+			t.Errorf("message %q, want %q", m, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no reader woken")
+	}
+	// Any other message would have come with the first (one script
+	// call): 200 ms to see that none does.
+	select {
+	case m := <-msgs:
+		t.Errorf("a second message %q", m)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if l := s.line(ctx); len(l) != 64 || l[0] != "r1/1 "+rin+"~" {
+		t.Errorf("line after l's confirm: %d entries, first %q", len(l), l[0])
+	}
+	names, err := slot.NewNamer("wjr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.do(ctx, t, []string{"DEL", s.lock, s.q, names.SharedKeyInSlot("k", slot.KeySlot("k"))})
+}

@@ -6,10 +6,9 @@
 -- pattern search, as is_mine does (measured with bench/cmd/phases -k 1).
 --
 -- KEYS[1] the lock key, KEYS[2] its queue (touched only when the value is
--- marked; declared for Redis's migration rules);
--- ARGV[1] the holder (lease token). The value's
--- format, holder ['.' fence] ['!'], is read by holder_of (common.lua, which
--- precedes this file in the loaded script).
+-- marked; declared for Redis's migration rules); ARGV[1] the holder (lease
+-- token). The value's format, holder ['.' fence] ['!'], is read by
+-- holder_of (common.lua, which precedes this file in the loaded script).
 --
 -- Returns 1 if the key was the lease's and is deleted, 0 if not held.
 local v = redis.call('GET', KEYS[1])

@@ -255,24 +255,24 @@ local WAKE_MAX = 64
 -- hand-off naming the entry ('h <key> <token/seq>', as hand_off's), which
 -- the waiter's evidence takes as the key being its own; its confirm
 -- checks. With readers (a reader was granted the key shared, or a writer
--- left its line), the live readers up to the first live writer that is
--- heard; else (a permit) the oldest live waiter that hears the message,
--- dropping up to DEAF_SCAN nobody heard (their process is gone), as
--- hand_off does. Nothing else is written.
-local function wake(k, now, readers)
+-- left its line): the live readers up to the first live writer heard
+-- (with last, only the WAKE_MAX-th entry, if a reader so reached). Else
+-- (a permit): the oldest live waiter that hears it, passing over up to
+-- DEAF_SCAN nobody heard, as hand_off does. Nothing else is written.
+local function wake(k, now, readers, last)
   local q = queue_key(k)
   local head = redis.pcall('ZRANGE', q, 0, readers and WAKE_MAX - 1 or DEAF_SCAN)
   if head.err then
     return
   end
-  for _, m in ipairs(head) do
+  for i, m in ipairs(head) do
     local _, _, inbox, reader, d = entry_parse(m)
     if not d or d > now then
       if readers and not reader then
         if heard(m) then
           return
         end
-      elseif inbox then
+      elseif inbox and not (last and i < WAKE_MAX) then
         local n = publish(inbox, 'h ' .. k .. ' ' .. string.sub(m, 1, string.find(m, ' ', 1, true) - 1))
         if not readers then
           if n ~= 0 then

@@ -211,11 +211,12 @@ for i = first, stop - 1 do
     end
     if ticket and more and (lined or ours[i]) then
       -- Readers behind us in the line may join us now (those behind a
-      -- waiting writer find it before them and wait on). Only a reader
-      -- that stood in it (or was handed the key, which popped its entry)
-      -- had readers behind it: another reader's take changes nothing
-      -- for the line.
-      wake(k, now, true)
+      -- waiting writer find it before them and wait on): a reader handed
+      -- the key (its entry popped) wakes them; a reader woken in line
+      -- that joins wakes only the one its leaving brings into the span a
+      -- wake reaches (a message per reader, not per pair). Another
+      -- reader's take changes nothing for the line.
+      wake(k, now, true, not ours[i])
     end
   end
 end
