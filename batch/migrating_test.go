@@ -270,3 +270,47 @@ func TestReserveMigratingHandOffToTheLastEntry(t *testing.T) {
 		t.Errorf("B's line %q, want the caller alone", line)
 	}
 }
+
+// TestReserveRoundOneMigratingQueueRefused runs reserve.lua itself (node
+// form, r:1) for [A, B] on one master: A free in a stable slot, B held by
+// another in a slot MIGRATING on this node, B's line not here. Round 1
+// reserves A as it reads it (SET NX GET); B's line is then refused as a
+// "non local key". The engine reads an error as nothing written, so the
+// call must fail with A free again. Mutation checked: B's line read with
+// redis.call (the error raised past the undo): A is left reserved.
+func TestReserveRoundOneMigratingQueueRefused(t *testing.T) {
+	c := redistest.StartForTest(t, redistest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	names, err := slot.NewNamer("mig1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newMigratingPair(ctx, t, c, names)
+	lockA, lockB := names.LockKey(p.keyA), names.LockKey(p.keyB)
+	qB := names.QueueKeyInSlot(p.keyB, slot.KeySlot(p.keyB))
+	for _, cmd := range [][]string{{"DEL", lockA}, {"DEL", qB}, {"SET", lockB, "other", "PX", "30000"}} {
+		if err := p.src.Do(ctx, cmd...).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.migrate(ctx, t)
+	inbox := lockA[:strings.IndexByte(lockA, '}')+1] + "#in:W"
+	rerr := p.src.Do(ctx, "EVAL", reserveScript.nodeText, "1", lockA, "w", "1000", inbox, "r:1", lockA, lockB).Error()
+	p.stable()
+	a, _ := p.src.Do(ctx, "GET", lockA).ToString()
+	b, _ := p.src.Do(ctx, "GET", lockB).ToString()
+	t.Logf("r:1 on [A, B] with B's slot %s migrating, B's line elsewhere: %v; A = %q, B = %q", p.sB, rerr, a, b)
+	if rerr == nil || !strings.Contains(rerr.Error(), "non local key") {
+		t.Fatalf("the call: %v, want a non local key refusal (the case did not arise)", rerr)
+	}
+	if a != "" {
+		t.Errorf("the refused call left A = %q: it wrote before the refusal", a)
+	}
+	if b != "other" {
+		t.Errorf("the refused call changed B to %q", b)
+	}
+	for _, k := range []string{lockA, lockB, qB} {
+		_ = p.src.Do(ctx, "DEL", k).Error()
+	}
+}

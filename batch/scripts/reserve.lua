@@ -12,14 +12,14 @@
 -- ARGV[3] its inbox: the sharded channel its Locker listens on, in a slot
 --         of this node
 -- ARGV[4] mode and seq: 'r:<seq>' reserve (or wait in line for) every key,
---         's:<seq>' the same for keys the waiter wants shared, 'p:<seq>'
---         for permits, 'P:<seq>' leave the lines of permits, or
---         'l:<seq>' leave: give back every key reserved for or held by
---         the waiter and leave every queue. seq numbers the acquisition's
---         reserve and leave calls (1, 2, ...; one seq for the calls of one
---         round, which go to different nodes): reservations and queue
---         entries this call writes name it, so that the waiter can tell
---         what a reply or a hand-off message speaks of.
+--         's:<seq>' the same for keys wanted shared, 'p:<seq>' for
+--         permits, 'P:<seq>' leave the lines of permits, or 'l:<seq>'
+--         leave: give back every key reserved for or held by the waiter
+--         and leave every queue. seq numbers the acquisition's reserve and
+--         leave calls (1, 2, ...; one seq for a round's calls to different
+--         nodes); reservations and queue entries name the call that wrote
+--         them, so that the waiter can tell what a reply or a hand-off
+--         message speaks of.
 -- ARGV[5..] the lock keys when the call covers a whole node; a call for
 --         one slot passes ARGV[5] = "", ARGV[6] = n: the lock keys are
 --         KEYS[1..n], followed by their queue keys (declared for Redis's
@@ -35,18 +35,15 @@
 -- own entries, unless the waiter wants it shared: there is no downgrade):
 --   free, reserved for the waiter (and not guarded), or held by it (its
 --   first attempt's bare SET, or a confirm that failed on another node):
---   if the key's queue has a live waiter older than this one, the key is
---   handed to the oldest (hand_off) and this waiter stands in the queue
---   under a new entry of this call (any entry of its own removed first);
---   otherwise it becomes (or stays) this waiter's reservation for
+--   handed to the oldest waiter (hand_off) if one older than this one is
+--   live in the key's queue (round 1 does not look), the waiter standing
+--   in it under a new entry; else this waiter's reservation for
 --   RESERVE_MS, naming this call, marked when others wait.
 --   held by another, or reserved for another: the waiter stands in the
---   key's queue (with its ticket as score; an entry of its own under this
---   inbox is kept, any other of its own replaced by one of this call) and
---   marks the value; if the key is reserved for a younger waiter by
---   reservation, that waiter is asked to yield it ('y <key> <waiter>' on
---   its inbox): its next call hands the key to the oldest waiter (rule Y,
---   cooperative wound-wait).
+--   key's queue by its ticket (join) and marks the value; if the key is
+--   reserved for a younger waiter by reservation, that waiter is asked to
+--   yield it ('y <key> <waiter>' on its inbox): its next call hands the
+--   key to the oldest waiter (rule Y, cooperative wound-wait).
 --   mode 's' (a reader), held shared by others: the key counts as the
 --   waiter's (code 0, nothing written) unless a live writer older than
 --   it stands in the key's queue (writer_before); then it stands in line,
@@ -111,10 +108,10 @@ end
 -- that line (a reservation expired unused, a holder's lease expired, a
 -- script-free release deleted the key) asks for the key at its next round
 -- (rule Y), as it does when any younger waiter reserved the key before it
--- joined. A failure in round 1 (a slot moved away) deletes what it
--- reserved: an error reply means nothing was written. An unmarked key of
--- the waiter's own has no queue to read (I-mark: a key with waiters in
--- line is marked, and a waiter leaves a key's line when it is its own).
+-- joined. A refusal in round 1 (a key or line of a moving slot: pcall)
+-- deletes what it reserved: an error reply means nothing was written. An
+-- unmarked key of the waiter's own has no queue to read (I-mark: a key
+-- with waiters in line is marked; a waiter leaves the line of a key it gets).
 local now, t = now_ms()
 local vals, lined, held = {}, {}, {}
 local resv = '^' .. ticket .. ':' .. waiter .. '/' .. sq .. ':' .. inbox
@@ -130,23 +127,26 @@ for i = first, last do
     held[i] = r
     lined[i] = read_queue(keys[i])
   else
-    local v
+    local v, e
     if take then
       v = redis.pcall('SET', keys[i], resv, 'NX', 'GET', 'PX', RESERVE_MS)
-      if type(v) == 'table' then
-        for j in pairs(taken) do
-          redis.call('DEL', keys[j])
-        end
-        return v
-      end
       taken[i] = not v or nil
     else
       v = redis.call('GET', keys[i])
     end
     vals[i] = v or false
-    if mode == 'l' or (not v and seq > 1) or (v and (string.byte(v, -1) == 33 or
+    if type(v) == 'table' then
+      e = v
+    elseif mode == 'l' or (not v and seq > 1) or (v and (string.byte(v, -1) == 33 or
         (reserved_for(v) ~= waiter and v ~= waiter and holder_of(v) ~= waiter))) then
-      lined[i] = read_queue(keys[i])
+      e = take and redis.pcall('EXISTS', queue_key(keys[i])) or read_queue(keys[i])
+      lined[i] = e == true or e == 1
+    end
+    if type(e) == 'table' then
+      for j in pairs(taken) do
+        redis.call('DEL', keys[j])
+      end
+      return e
     end
   end
 end
