@@ -295,8 +295,7 @@ func TestReserveRoundOneMigratingQueueRefused(t *testing.T) {
 		}
 	}
 	p.migrate(ctx, t)
-	inbox := lockA[:strings.IndexByte(lockA, '}')+1] + "#in:W"
-	rerr := p.src.Do(ctx, "EVAL", reserveScript.nodeText, "1", lockA, "w", "1000", inbox, "r:1", lockA, lockB).Error()
+	rerr := p.src.Do(ctx, "EVAL", reserveScript.nodeText, "1", lockA, "w", "1000", inboxIn(lockA, "W"), "r:1", lockA, lockB).Error()
 	p.stable()
 	a, _ := p.src.Do(ctx, "GET", lockA).ToString()
 	b, _ := p.src.Do(ctx, "GET", lockB).ToString()
