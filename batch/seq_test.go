@@ -736,3 +736,48 @@ func TestAJoiningReaderWakesOneReader(t *testing.T) {
 	}
 	s.do(ctx, t, []string{"DEL", s.lock, s.q, names.SharedKeyInSlot("k", slot.KeySlot("k"))})
 }
+
+// TestAJoinGivesTheLineTimeOnlyWhenShort: a line outlives every deadline
+// in it, without an expiry refresh at every join. A join (round 1, whose
+// line read is its own, and a later round) into a line with more than
+// ENTRY_MS left leaves its expiry alone; into one with less, or none, it
+// gives the line 2 * ENTRY_MS. Mutations checked: join refreshing at every
+// call (the long expiry cut to 6 s), and never refreshing a line that
+// exists (the short expiry kept, below the new entry's deadline).
+func TestAJoinGivesTheLineTimeOnlyWhenShort(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := newSeqNode(ctx, t, "jttl", "k")
+	const waiter, ticket = "w", "1000"
+	inbox := inboxIn(s.lock, "A")
+	other := "o/1 " + inboxIn(s.lock, "B") + " 99999999999999"
+	entry := lockval.EntryTTL.Milliseconds()
+	for _, round := range []string{"r:1", "r:2"} {
+		for _, c := range []struct {
+			name     string
+			expire   []string // the line's expiry before the join
+			min, max int64    // its PTTL after
+		}{
+			{"long", []string{"PEXPIRE", s.q, "60000"}, 2*entry + 1, 60000},
+			{"short", []string{"PEXPIRE", s.q, "1000"}, entry, 2 * entry},
+			{"none", []string{"PERSIST", s.q}, entry, 2 * entry},
+		} {
+			s.do(ctx, t, []string{"DEL", s.lock, s.q}, []string{"SET", s.lock, "other", "PX", "30000"},
+				[]string{"ZADD", s.q, "500", other}, c.expire)
+			if got := s.reserveAt(ctx, t, waiter, ticket, inbox, round); got[0] < 1 {
+				t.Fatalf("%s, %s line: code %d, want the entry's seq", round, c.name, got[0])
+			}
+			if l := s.line(ctx); len(l) != 2 {
+				t.Fatalf("%s, %s line: %q, want o and w", round, c.name, l)
+			}
+			pttl, err := s.n.Do(ctx, "PTTL", s.q).AsInt64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pttl < c.min || pttl > c.max {
+				t.Errorf("%s, %s line: PTTL %d after the join, want %d..%d", round, c.name, pttl, c.min, c.max)
+			}
+		}
+	}
+	s.do(ctx, t, []string{"DEL", s.lock, s.q})
+}

@@ -115,11 +115,11 @@ local function lock_keys(n)
 end
 
 -- read_queue reads lock key k's queue before a script's first write
--- (rule M) and reports whether it exists. (Calls for one slot also
--- declare it in KEYS, slot.Namer.QueueKeyInSlot, for Redis's migration
--- rules.)
+-- (rule M; a call for one slot declares it): false if it does not exist,
+-- else its PTTL, which a join needs.
 local function read_queue(k)
-  return redis.call('EXISTS', queue_key(k)) > 0
+  local ttl = redis.call('PTTL', queue_key(k))
+  return ttl ~= -2 and ttl
 end
 
 -- reserved_for returns the waiter a reserved value names (its token,

@@ -26,9 +26,8 @@
 --         migration rules). Permits: the entries of request_entries
 --         (shared.lua), each permit hash with its units and limit.
 --
--- The guard (every mode): a key reserved for the waiter with a seq above
--- this call's is a later call's; this call, run late, leaves it and its
--- queue alone, never giving away what a later reply reported as its own.
+-- The guard (every mode): a key reserved for the waiter by a later call
+-- is left alone with its queue (code -1), whatever this late call says.
 --
 -- Mode 'r', per key (a key the owner of a reentrant waiter holds
 -- exclusively is left as it is, and so is its queue but for the waiter's
@@ -103,15 +102,13 @@ end
 
 -- Read every key, and the queue of every key whose queue this call may
 -- write, before the first write; but round 1 reserves a free key as it
--- reads it (SET NX GET: one call where GET and SET were two) and reads no
--- line of it: the waiter has no entry there yet, and an older waiter in
--- that line (a reservation expired unused, a holder's lease expired, a
--- script-free release deleted the key) asks for the key at its next round
--- (rule Y), as it does when any younger waiter reserved the key before it
--- joined. A refusal in round 1 (a key or line of a moving slot: pcall)
--- deletes what it reserved: an error reply means nothing was written. An
--- unmarked key of the waiter's own has no queue to read (I-mark: a key
--- with waiters in line is marked; a waiter leaves the line of a key it gets).
+-- reads it (SET NX GET) and reads no line of it: the waiter has no entry
+-- there yet, and an older waiter in that line (after a lapse, an expiry,
+-- a script-free release) asks for the key at its next round (rule Y), as
+-- when a younger waiter reserved it before it joined. A refusal in round
+-- 1 (a key or line of a moving slot: pcall) deletes what it reserved: an
+-- error reply means nothing was written. An unmarked key of the waiter's
+-- own has no queue to read (a key with waiters in line is marked).
 local now, t = now_ms()
 local vals, lined, held = {}, {}, {}
 local resv = '^' .. ticket .. ':' .. waiter .. '/' .. sq .. ':' .. inbox
@@ -139,8 +136,8 @@ for i = first, last do
       e = v
     elseif mode == 'l' or (not v and seq > 1) or (v and (string.byte(v, -1) == 33 or
         (reserved_for(v) ~= waiter and v ~= waiter and holder_of(v) ~= waiter))) then
-      e = take and redis.pcall('EXISTS', queue_key(keys[i])) or read_queue(keys[i])
-      lined[i] = e == true or e == 1
+      e = take and redis.pcall('PTTL', queue_key(keys[i])) or read_queue(keys[i])
+      lined[i] = e ~= -2 and e
     end
     if type(e) == 'table' then
       for j in pairs(taken) do
@@ -176,15 +173,16 @@ local function leave_mine(k)
 end
 
 -- join puts the waiter in lock key k's queue by its ticket, marks k's
--- value v, and returns the seq of the call that created its entry. An
--- entry of its own under this inbox is kept (seq and score) unless fresh
--- is set: the call gives k away, and its reply must name an entry above
--- any evidence the waiter holds for k, so it stands under a new one.
--- Other entries of its own (another inbox, no seq) go; round 1 has none.
--- A kept entry is written again (deadline now + ENTRY_MS) only when less
--- than half of ENTRY_MS is left; a written one gives the queue 2 *
--- ENTRY_MS to live. New before stale go (rule M: never empty between).
-local function join(k, v, fresh)
+-- value v, and returns the seq of the call that created its entry. Its
+-- entry under this inbox is kept (seq, score) unless fresh is set (the
+-- call gives k away: its reply must name an entry above any evidence the
+-- waiter holds for k); other entries of its own go (round 1 has none). A
+-- kept entry is written again (deadline now + ENTRY_MS) once less than
+-- half of ENTRY_MS is left. The queue outlives every deadline in it: a
+-- write that finds less than ENTRY_MS left (ttl, the read phase's PTTL;
+-- nothing removed it since) gives it 2 * ENTRY_MS. New before stale go
+-- (rule M: never empty between).
+local function join(k, v, fresh, ttl)
   local q = queue_key(k)
   local kept, e, stale = nil, seq, {}
   local own = seq > 1 and redis.call('ZRANGE', q, ticket, ticket, 'BYSCORE') or {}
@@ -204,7 +202,9 @@ local function join(k, v, fresh)
   if not kept then
     local m = waiter .. '/' .. string.format('%d', e) .. ' ' .. inbox .. (reader and READER or '')
     redis.call('ZADD', q, ticket, m .. ' ' .. string.format('%d', now + ENTRY_MS))
-    redis.call('PEXPIRE', q, 2 * ENTRY_MS)
+    if not ttl or ttl < ENTRY_MS then -- -1: none
+      redis.call('PEXPIRE', q, 2 * ENTRY_MS)
+    end
   end
   if #stale > 0 then
     redis.call('ZREM', q, unpack(stale))
@@ -240,7 +240,7 @@ if permits then
         wake(k, now, false)
       end
     elseif not held[i].mine then
-      code = join(k, false, false)
+      code = join(k, false, false, lined[i])
       if held[i].used + units[i] <= limits[i] then
         drop_dead(k, now, 0)
         if not writer_before(k, ticket, now, true) then
@@ -289,7 +289,7 @@ for i = first, last do
     -- (writer_before): then it stands in line. Nothing is written for it
     -- (others may join too); its confirm checks the same again.
     if lined[i] and writer_before(k, ticket, now) then
-      code = join(k, v, false)
+      code = join(k, v, false, lined[i])
     elseif lined[i] then
       leave_mine(k)
     end
@@ -299,7 +299,7 @@ for i = first, last do
       -- script-free release): the key is its. The waiter joins before
       -- the hand-off pops the head, so that the line stays (rule M) and
       -- the hand-off writes the key marked.
-      code = join(k, false, true)
+      code = join(k, false, true, lined[i])
       hand_off(k, now)
     else
       local mark = ''
@@ -309,7 +309,7 @@ for i = first, last do
       redis.call('SET', k, resv .. mark, 'PX', RESERVE_MS)
     end
   else
-    code = join(k, v, false)
+    code = join(k, v, false, lined[i])
     local ot, ow, _, oin = res_parse(v)
     if ot and older(ticket, waiter, ot, ow) then
       publish(oin, 'y ' .. k .. ' ' .. ow)
