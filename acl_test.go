@@ -23,7 +23,7 @@ var aclRules = []string{
 	"+hello", "+auth", "+ping", "+client|tracking", "+client|id", "+readonly",
 	"+cluster|shards", "+cluster|slots", "+cluster|info", "+command|info",
 	"+evalsha", "+eval",
-	"+set", "+get", "+del", "+exists", "+pexpire", "+pttl", "+wait",
+	"+set", "+get", "+del", "+pexpire", "+pttl", "+wait",
 	"+multi", "+exec", "+watch", "+unwatch",
 	"+time", "+zadd", "+zrem", "+zrange", "+zcard",
 	"+hset", "+hdel", "+hlen", "+hexists",
@@ -290,9 +290,9 @@ func TestTLSAndACL(t *testing.T) {
 			}
 		} else {
 			for _, k := range own {
-				n, err := cl.Do(ctx, cl.B().Exists().Key(names.LockKey(k)).Build()).AsInt64()
+				pttl, err := cl.Do(ctx, cl.B().Pttl().Key(names.LockKey(k)).Build()).AsInt64()
 				require.NoError(t, err)
-				require.Zero(t, n, "%s: %s left", tc.drop, k)
+				require.Equal(t, int64(-2), pttl, "%s: %s left", tc.drop, k)
 			}
 		}
 		t.Logf("without %s: %v", tc.drop, err)
@@ -303,8 +303,8 @@ func TestTLSAndACL(t *testing.T) {
 	require.NoError(t, held.Release(ctx))
 	// Nothing left locked by anyone.
 	for _, k := range keys {
-		n, err := cl.Do(ctx, cl.B().Exists().Key(names.LockKey(k)).Build()).AsInt64()
+		pttl, err := cl.Do(ctx, cl.B().Pttl().Key(names.LockKey(k)).Build()).AsInt64()
 		require.NoError(t, err)
-		require.Zero(t, n, k)
+		require.Equal(t, int64(-2), pttl, k)
 	}
 }
