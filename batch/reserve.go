@@ -110,10 +110,14 @@ func newInbox() *inbox {
 		listeners: map[string]chan protocol.Msg{}, ctx: ctx, cancel: cancel}
 }
 
-// Listen delivers the messages to r.Who's acquisition (protocol.Queuer).
-func (e *Engine) Listen(r *protocol.Request) (<-chan protocol.Msg, func()) {
+// Listen delivers the messages to r.Who's acquisition of n keys
+// (protocol.Queuer). A release hands on all its keys at once: the
+// buffer holds two messages per key (a hand-off and a yield) and some,
+// so that a burst arriving while the waiter is in a round is kept; a
+// message dropped (keys past listenKeys) waits for the next refresh.
+func (e *Engine) Listen(r *protocol.Request, n int) (<-chan protocol.Msg, func()) {
 	b, w := e.inbox, waiterOf(r.Who)
-	ch := make(chan protocol.Msg, 16)
+	ch := make(chan protocol.Msg, listenBuffer(n))
 	b.mu.Lock()
 	b.listeners[w] = ch
 	b.mu.Unlock()
@@ -123,6 +127,12 @@ func (e *Engine) Listen(r *protocol.Request) (<-chan protocol.Msg, func()) {
 		b.mu.Unlock()
 	}
 }
+
+// listenKeys caps the keys Listen buffers for (a Msg is 40 bytes).
+const listenKeys = 8192
+
+// listenBuffer is the buffer of Listen's channel for n keys.
+func listenBuffer(n int) int { return 16 + 2*min(n, listenKeys) }
 
 // deliver hands one inbox message ("h <key> <waiter>/<seq>" or "y <key>
 // <waiter>") to its listener, and drops it when the listener is gone or

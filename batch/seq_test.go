@@ -180,6 +180,27 @@ func TestDeliverReadsTheSeq(t *testing.T) {
 	}
 }
 
+// TestListenKeepsABurstOfHandOffs: a release hands on all its keys at
+// once, so a waiter of n keys may get n hand-offs (and as many yields)
+// while it is in a round; Listen keeps them all. Mutation checked: the
+// buffer of 16 it had (keys past the 16th dropped: with K = 100 across
+// Lockers, waits of 500 ms, each waiting for its refresh).
+func TestListenKeepsABurstOfHandOffs(t *testing.T) {
+	e := &Engine{inbox: newInbox()}
+	defer e.inbox.cancel()
+	const n = 100
+	r := &protocol.Request{Who: protocol.Who{Holder: "w"}}
+	msgs, stop := e.Listen(r, n)
+	defer stop()
+	for i := range n {
+		e.inbox.deliver(rueidis.PubSubMessage{Message: fmt.Sprintf("h P{a}:k%d w/1", i)})
+		e.inbox.deliver(rueidis.PubSubMessage{Message: fmt.Sprintf("y P{a}:k%d w", i)})
+	}
+	if got := len(msgs); got != 2*n {
+		t.Errorf("%d of %d messages kept", got, 2*n)
+	}
+}
+
 // reserveAt runs reserve.lua (node form) on s's key with mode and seq
 // (e.g. "r:7") and returns the codes after the server's time.
 func (s seqNode) reserveAt(ctx context.Context, t *testing.T, waiter, ticket, inbox, mode string) []int64 {

@@ -37,11 +37,11 @@ func (f *metQueuer) Extend(context.Context, *Set, []int, Who, time.Duration) Own
 func (f *metQueuer) Wait(context.Context, *Set, int, Conflict, *Request, int, time.Duration) error {
 	return nil
 }
-func (f *metQueuer) RefreshesHeld() bool                            { return true }
-func (f *metQueuer) Contended() bool                                { return f.contended }
-func (f *metQueuer) Met(conflict bool)                              { f.met = append(f.met, conflict) }
-func (f *metQueuer) Ticket(context.Context) (string, error)         { return "1", nil }
-func (f *metQueuer) Listen(*Request) (msgs <-chan Msg, stop func()) { return f.msgs, func() {} }
+func (f *metQueuer) RefreshesHeld() bool                                 { return true }
+func (f *metQueuer) Contended() bool                                     { return f.contended }
+func (f *metQueuer) Met(conflict bool)                                   { f.met = append(f.met, conflict) }
+func (f *metQueuer) Ticket(context.Context) (string, error)              { return "1", nil }
+func (f *metQueuer) Listen(*Request, int) (msgs <-chan Msg, stop func()) { return f.msgs, func() {} }
 
 func (f *metQueuer) Reserve(_ context.Context, set *Set, _ *Request, _ string, seq int64, leave bool) Reservations {
 	out := Reservations{Keys: make([]KeyReply, set.Len())}

@@ -28,8 +28,9 @@ type Queuer interface {
 	// order only, never exclusion).
 	Ticket(ctx context.Context) (string, error)
 	// Listen delivers the messages addressed to the acquisition of r.Who
-	// (a key handed to it, a request to yield one) until stop is called.
-	Listen(r *Request) (msgs <-chan Msg, stop func())
+	// (a key handed to it, a request to yield one), n keys, until stop is
+	// called. A message it cannot deliver is seen at the next refresh.
+	Listen(r *Request, n int) (msgs <-chan Msg, stop func())
 	// Reserve reserves (or queues for) every key of set; with leave, it
 	// gives back every key reserved for or held by r.Who instead and
 	// leaves every queue. seq numbers the acquisition's Reserve rounds
@@ -143,7 +144,7 @@ const ReserveRefresh = 500 * time.Millisecond / 3
 func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket string, skipped bool) (Grant, error) {
 	set, r := q.set, q.r
 	n := set.Len()
-	msgs, stop := s.Listen(r)
+	msgs, stop := s.Listen(r, n)
 	defer stop()
 	var index map[string]int // lock key -> set index, built on the first message
 

@@ -43,12 +43,12 @@ func (f *staleQueuer) Extend(context.Context, *Set, []int, Who, time.Duration) O
 func (f *staleQueuer) Wait(context.Context, *Set, int, Conflict, *Request, int, time.Duration) error {
 	return nil
 }
-func (f *staleQueuer) Leave(context.Context, *Set, int, *Request)     {}
-func (f *staleQueuer) RefreshesHeld() bool                            { return true }
-func (f *staleQueuer) Contended() bool                                { return true }
-func (f *staleQueuer) Met(bool)                                       {}
-func (f *staleQueuer) Ticket(context.Context) (string, error)         { return "1", nil }
-func (f *staleQueuer) Listen(*Request) (msgs <-chan Msg, stop func()) { return f.msgs, func() {} }
+func (f *staleQueuer) Leave(context.Context, *Set, int, *Request)          {}
+func (f *staleQueuer) RefreshesHeld() bool                                 { return true }
+func (f *staleQueuer) Contended() bool                                     { return true }
+func (f *staleQueuer) Met(bool)                                            {}
+func (f *staleQueuer) Ticket(context.Context) (string, error)              { return "1", nil }
+func (f *staleQueuer) Listen(*Request, int) (msgs <-chan Msg, stop func()) { return f.msgs, func() {} }
 
 func (f *staleQueuer) Reserve(_ context.Context, set *Set, _ *Request, _ string, seq int64, leave bool) Reservations {
 	out := Reservations{Keys: make([]KeyReply, set.Len())}
