@@ -32,15 +32,18 @@ func keyInSlots(t *testing.T, base string, lo, hi uint16) string {
 // before it is written (a CleanupTimeout of 1 ns), which the client
 // reports like a lost reply. The acquisition must go on under a new
 // token, wait for what the old one left (its rollback failed the same
-// way: those keys last their TTL), and be granted with every key under the
-// new token. The pipeline strategy keeps a prefix, so its first attempt
-// takes the keys above the conflict (another node's) and must trim them.
+// way: those keys last their TTL, here until the test deletes them), and
+// be granted with every key under the new token. The pipeline strategy
+// keeps a prefix, so its first attempt takes the keys above the conflict
+// (another node's) and must trim them. The TTL outlasts the test: no
+// later token can take those keys before the test has read the first
+// one's (with a 1 s TTL, a loaded machine read a later token's).
 // Mutation: Lock ignoring the trim's outcome (protocol.go): granted under
 // the old token.
 func TestUnsettledTrimGoesOnUnderANewToken(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 30*time.Second)
-	const ttl = time.Second
+	const ttl = time.Minute
 	l := e.locker(slotlock.Options{TTL: ttl, Strategy: slotlock.StrategyPipeline, CleanupTimeout: time.Nanosecond})
 	other := e.locker(slotlock.Options{TTL: 30 * time.Second})
 	// The conflict's slot comes first in canonical order and is on
@@ -67,6 +70,12 @@ func TestUnsettledTrimGoesOnUnderANewToken(t *testing.T) {
 			}
 		}
 		require.NoError(t, ctx.Err(), "the first attempt never took the keys above the conflict")
+	}
+	// Its keys expire (the test deletes them), and the conflict goes.
+	for k, v := range e.lockKeys() {
+		if strings.TrimSuffix(v, "!") == first {
+			require.NoError(t, e.client.Do(ctx, e.client.B().Del().Key(k).Build()).Error())
+		}
 	}
 	require.NoError(t, blocker.Release(ctx))
 	require.NoError(t, <-done)
