@@ -128,7 +128,8 @@ func (e *Engine) Listen(r *protocol.Request, n int) (<-chan protocol.Msg, func()
 	}
 }
 
-// listenKeys caps the keys Listen buffers for (a Msg is 40 bytes).
+// listenKeys caps the keys Listen buffers for: a Msg is 32 bytes, so a
+// waiter's buffer stays under 1 MiB however many keys it waits for.
 const listenKeys = 8192
 
 // listenBuffer is the buffer of Listen's channel for n keys.

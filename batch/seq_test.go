@@ -182,9 +182,9 @@ func TestDeliverReadsTheSeq(t *testing.T) {
 
 // TestListenKeepsABurstOfHandOffs: a release hands on all its keys at
 // once, so a waiter of n keys may get n hand-offs (and as many yields)
-// while it is in a round; Listen keeps them all. Mutation checked: the
-// buffer of 16 it had (keys past the 16th dropped: with K = 100 across
-// Lockers, waits of 500 ms, each waiting for its refresh).
+// while it is in a round; Listen keeps them all. Mutation checked: a
+// buffer of 16 (messages past the 16th dropped, each costing its waiter
+// a wait for its refresh).
 func TestListenKeepsABurstOfHandOffs(t *testing.T) {
 	e := &Engine{inbox: newInbox()}
 	defer e.inbox.cancel()
