@@ -194,6 +194,28 @@ func Matrix() []Cell {
 	return append(out, KindCells()...)
 }
 
+// The wide cell: WideW workers taking WideK keys each from WideHot hot
+// keys at FarRTT, a third of the keyspace a batch, so that a release hands
+// on many keys at once to each of several waiters. The contended cell's
+// batches of ten never show what a waiter of many keys meets (a burst of
+// hand-offs in one message stream).
+const (
+	WideK   = 100
+	WideW   = 8
+	WideHot = 300
+)
+
+// WideCell is the wide cell of a slotlock contender ("slotlock": one
+// Locker; "slotlock-multi": one per worker) over procs processes (0: this
+// one), each with its share of the machine's CPUs.
+func WideCell(name string, procs int) Cell {
+	c := Cell{Contender: name, K: WideK, W: WideW, Hot: WideHot, RTT: FarRTT, Procs: procs}
+	if m := SharedMaxProcs(procs); procs > 0 && m < runtime.NumCPU() {
+		c.MaxProcs = m
+	}
+	return c
+}
+
 // FloorCell is the reservation floor's cell at a round trip: the
 // contended cell's K and workers, each worker on keys of its own
 // (ReservationFloor: what a batch that waits across processes costs

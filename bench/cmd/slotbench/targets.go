@@ -230,6 +230,23 @@ func targetRules(rows []row) []rule {
 	// Retired as a target (16 runtimes and six nodes keep the two cores
 	// busy): a reference, its busy cores beside it.
 	add(rule{Group: groupContRate, Label: ratioLabel(split16, child), A: split16, B: child, Metric: batchRatio, Need: acrossRate, Gate: reference, Rounds: acrossRounds})
+	// The wide cell, one Locker per worker and 4 × 2 processes against
+	// one Locker and one process: figures beside the targets (which are
+	// set for K = 10), so that a burst of hand-offs to a waiter of many
+	// keys is measured in every run.
+	wide := [][2]bench.Cell{
+		{bench.WideCell("slotlock-multi", 0), bench.WideCell("slotlock", 0)},
+		{bench.WideCell("slotlock", bench.KindProcs), bench.WideCell("slotlock", 1)},
+	}
+	for _, c := range wide {
+		for _, m := range []metric{batchRatio, commandsPerBatch, waitP99, longestWait} {
+			label := metricLabel(c[0], m.name())
+			if m == batchRatio {
+				label = ratioLabel(c[0], c[1])
+			}
+			add(rule{Group: groupAcross, Label: label, A: c[0], B: c[1], Metric: m, Gate: reference, Rounds: acrossRounds})
+		}
+	}
 	for _, procs := range []int{0, bench.KindProcs} {
 		kind := func(k string) bench.Cell { return bench.KindCell(k, bench.KindRTT, procs) }
 		mixed, excl, plain := kind(bench.KindMixed), kind(bench.KindAllExcl), kind(bench.KindPlain)
@@ -351,7 +368,10 @@ func kindText(kind string) string {
 // whereText is a cell's K (or contended) and round trip.
 func whereText(c bench.Cell) string {
 	s := "K = " + commas(int64(c.K))
-	if c.Hot > 0 {
+	switch {
+	case c.Hot > 0 && c.Hot != bench.HotKeys:
+		s = fmt.Sprintf("contended, K = %s of %s keys", commas(int64(c.K)), commas(int64(c.Hot)))
+	case c.Hot > 0:
 		s = "contended"
 	}
 	if c.RTT == 0 {

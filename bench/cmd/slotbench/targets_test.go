@@ -136,7 +136,8 @@ func TestTargetRules(t *testing.T) {
 	}
 	// Kind cells run in their pairs (permits in the matrix too).
 	known := func(c bench.Cell) bool {
-		return in[c] || c.Contender == bench.CheckedPipeline && c.Hot == 0 || bench.IsKind(c.Kind)
+		wide := c.K == bench.WideK && c.W == bench.WideW && c.Hot == bench.WideHot
+		return in[c] || c.Contender == bench.CheckedPipeline && c.Hot == 0 || bench.IsKind(c.Kind) || wide
 	}
 	rows := []row{{Result: bench.Result{Cell: bench.Contended("rueidislock", 0), Batches: 10, Elapsed: time.Second}}}
 	rules := targetRules(rows)
@@ -169,7 +170,7 @@ func TestTargetRules(t *testing.T) {
 		}
 		if r.A.Hot > 0 && r.Metric != batchRatio {
 			across[bounded{r.A, r.Metric}]++
-			if r.A.K != 10 && r.A.Kind != bench.KindPermits {
+			if r.A.K != 10 && r.A.Kind != bench.KindPermits && r.Gate != reference {
 				t.Errorf("%s: K = %d, the targets are for K = 10", r.Label, r.A.K)
 			}
 		}
@@ -194,6 +195,15 @@ func TestTargetRules(t *testing.T) {
 		for _, m := range []metric{waitP99, longestWait} {
 			if across[bounded{c, m}] != 1 {
 				t.Errorf("%s: waits (metric %d) not bounded once", c.Name(), m)
+			}
+		}
+	}
+	// The wide cells' waits are measured, paired, in every run, across
+	// Lockers and across processes.
+	for _, c := range []bench.Cell{bench.WideCell("slotlock-multi", 0), bench.WideCell("slotlock", bench.KindProcs)} {
+		for _, m := range []metric{commandsPerBatch, waitP99, longestWait} {
+			if across[bounded{c, m}] != 1 {
+				t.Errorf("%s: metric %d shown %d times, want once", c.Name(), m, across[bounded{c, m}])
 			}
 		}
 	}
