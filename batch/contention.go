@@ -4,7 +4,9 @@ import "sync/atomic"
 
 // contention estimates how often an acquisition of this Engine meets a
 // key it cannot take at its first contact with Redis: a moving average
-// over the last few acquisitions (weight 1/contentionWindow each) of
+// over the last few acquisitions (weight 1/contentionWindow each; the
+// plain mean of the samples while there are fewer, so that a new Locker
+// that meets contention knows it at its first sample, not its sixth) of
 // whether a Lock's or TryLock's first attempt, or the first reserve round
 // of a Lock that skipped it, found every key free. Both samples say the same thing, so
 // the estimate keeps learning whichever way the acquisitions go.
@@ -29,6 +31,7 @@ import "sync/atomic"
 // changes what an acquisition costs, not what it is granted.
 type contention struct {
 	est atomic.Uint32 // the miss rate, in units of 1/contentionScale
+	n   atomic.Uint32 // samples taken, up to contentionWindow
 }
 
 const (
@@ -49,9 +52,15 @@ func (c *contention) note(miss bool) {
 	if miss {
 		x = contentionScale
 	}
+	// The weight of this sample: 1/n of the first n, then 1/window.
+	w := uint32(contentionWindow)
+	if n := c.n.Load(); n < contentionWindow {
+		c.n.CompareAndSwap(n, n+1)
+		w = n + 1
+	}
 	for {
 		old := c.est.Load()
-		nu := old - old/contentionWindow + x/contentionWindow
+		nu := old - old/w + x/w
 		if old == nu || c.est.CompareAndSwap(old, nu) {
 			return
 		}
