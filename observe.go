@@ -88,7 +88,8 @@ type AcquireEvent struct {
 	// Locker's in-process line and in Redis) and in retry pauses.
 	Waited time.Duration
 	// Attempts is the number of attempts sent to Redis; Conflicts the
-	// keys they found held by others, summed over attempts.
+	// keys they found held by others, summed over attempts (and, for a
+	// Lock that waited by reservation at once, its first round's).
 	Attempts, Conflicts int
 	// Rollbacks counts the owner-checked releases of keys the
 	// acquisition had taken: the keys Lock gives back above the one it

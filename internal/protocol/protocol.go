@@ -437,6 +437,19 @@ func (st *Stats) attempt(a *Attempt) {
 	}
 }
 
+// queuedBehind counts as conflicts the keys a first reserve round (of a
+// Lock that skipped its attempt) found held: it queued behind them.
+func (st *Stats) queuedBehind(res Reservations) {
+	if st == nil {
+		return
+	}
+	for _, k := range res.Keys {
+		if k.Entry > 0 {
+			st.Conflicts++
+		}
+	}
+}
+
 // now is the start of a wait, read only when counting.
 func (st *Stats) now() time.Time {
 	if st == nil {

@@ -232,7 +232,10 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 			errs = 0
 			reserve = false
 			if skipped && seq == 1 {
+				// This round was the acquisition's first contact: what
+				// it found held counts as an attempt's conflicts would.
 				s.Met(!ws.ready())
+				r.Stats.queuedBehind(res)
 			}
 			next := QueuedRefresh
 			if res.Deaf || ws.anyMine() {

@@ -146,7 +146,7 @@ type Request struct {
 // Stats counts what one acquisition did.
 type Stats struct {
 	Attempts  int           // attempts sent
-	Conflicts int           // keys found held by others, summed over attempts
+	Conflicts int           // keys found held by others, by attempts and a first reserve round
 	Rollbacks int           // owner-checked releases of keys taken (trims and rollbacks)
 	Waited    time.Duration // time spent in Wait and in retry pauses
 	// RollbackErr is the error of the last rollback that could not settle
