@@ -19,6 +19,11 @@
 //
 //	go run ./cmd/xproc -addrs 127.0.0.1:7000 -procs 3 -w 18 -hot 40 -kind mixed -d 10s
 //
+// -cold mixes in batches over a million cold keys, as a service's
+// Locker serves hot keys and cold ones alike:
+//
+//	go run ./cmd/xproc -addrs 127.0.0.1:7000 -procs 4 -w 16 -hot 200 -cold 0.5
+//
 // Keys go under -prefix (default "xproc") and are deleted by their own
 // releases; a run holds nothing when it ends.
 package main
@@ -74,6 +79,10 @@ type report struct {
 	Kind string
 }
 
+// coldKeys is the keyspace of -cold's batches: two batches of 10 meet
+// about once in 10,000.
+const coldKeys = 1_000_000
+
 func main() {
 	addrs := flag.String("addrs", "127.0.0.1:7000", "seed addresses of the cluster, comma-separated")
 	prefix := flag.String("prefix", "xproc", "slotlock key prefix")
@@ -84,6 +93,7 @@ func main() {
 	dur := flag.Duration("d", 3*time.Second, "how long the workers run")
 	k := flag.Int("k", 10, "keys per batch")
 	hot := flag.Int("hot", 200, "keys to draw from")
+	cold := flag.Float64("cold", 0, "without -kind: the fraction of batches that draw their keys from a million cold keys instead")
 	kind := flag.String("kind", "", "kind of lease, through Acquire with -wait: "+strings.Join(bench.Kinds, "|")+" (default: Lock, waiting as long as it takes)")
 	wait := flag.Duration("wait", bench.KindWait, "with -kind: how long one request waits before it gives up (counted as ran out)")
 	flag.Parse()
@@ -146,8 +156,12 @@ func main() {
 					return l.Acquire(kindContext(*kind, w), kindRequest(asks(), *wait))
 				}
 				keys = keys[:0]
+				name, space := "hot%d", *hot
+				if r.Float64() < *cold {
+					name, space = "cold%d", coldKeys
+				}
 				for len(keys) < *k {
-					key := fmt.Sprintf("hot%d", r.IntN(*hot))
+					key := fmt.Sprintf(name, r.IntN(space))
 					if !slices.Contains(keys, key) {
 						keys = append(keys, key)
 					}
