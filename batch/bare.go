@@ -30,8 +30,9 @@ const BareMax = 256
 // script takes a key handed to it and leaves its queues (acquire.lua,
 // mode 'v'). Otherwise one key is tried on every attempt: it cannot be
 // half taken. More are tried on the first attempt only, and only while
-// nearly every recent acquisition found its keys free (contention.go).
-func (e *Engine) bareFits(n int, r *protocol.Request, opt protocol.AttemptOptions) bool {
+// its keys' slots say they are nearly always free (contention.go).
+func (e *Engine) bareFits(set *protocol.Set, from int, r *protocol.Request, opt protocol.AttemptOptions) bool {
+	n := set.Len() - from
 	if n < 1 || n > BareMax || r.Who.Lease != "" || r.Fencing || r.MinReplicas > 0 || !e.scriptsRun.Load() || opt.Mode == protocol.Confirm {
 		return false
 	}
@@ -47,7 +48,7 @@ func (e *Engine) bareFits(n int, r *protocol.Request, opt protocol.AttemptOption
 	// Where batches collide in Redis, a bare attempt that fails costs a
 	// round trip more than the script alone, and its partial holds get in
 	// others' way until the script's answer trims them.
-	return e.contention.rate() < bareBelow
+	return e.contention.bare(set, from)
 }
 
 // takeBare takes keys from.. of set with SET key token NX PX ttl, bare
