@@ -144,10 +144,10 @@ func TestBareFirstAttempt(t *testing.T) {
 			}
 		}
 
-		// Right after a key in a slot of the batch was found held (which
-		// the protocol reports: Met), its first attempts go to the script.
+		// Right after a miss (which the protocol reports: Met), first
+		// attempts go to the script.
+		eng.Met(true)
 		next := newSet(fmt.Sprintf("next%d", tc.mode), 8)
-		eng.Met(next, 1, []int{0})
 		before := scripts()
 		a = eng.Attempt(ctx, next, 0, &protocol.Request{Who: me, TTL: ttl}, first(tc.mode))
 		require.NoError(t, a.Err)

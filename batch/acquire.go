@@ -19,7 +19,7 @@ import (
 func (e *Engine) Attempt(ctx context.Context, set *protocol.Set, from int, r *protocol.Request, opt protocol.AttemptOptions) protocol.Attempt {
 	a := protocol.Attempt{State: make([]protocol.KeyState, set.Len())}
 	var idx []int
-	if set.Plain() && e.bareFits(set, from, r, opt) {
+	if set.Plain() && e.bareFits(set.Len()-from, r, opt) {
 		if taken, tried := e.takeBare(ctx, set, from, r, a.State); taken {
 			return a
 		} else if tried {

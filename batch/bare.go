@@ -30,9 +30,8 @@ const BareMax = 256
 // script takes a key handed to it and leaves its queues (acquire.lua,
 // mode 'v'). Otherwise one key is tried on every attempt: it cannot be
 // half taken. More are tried on the first attempt only, and only while
-// its keys' slots say they are nearly always free (contention.go).
-func (e *Engine) bareFits(set *protocol.Set, from int, r *protocol.Request, opt protocol.AttemptOptions) bool {
-	n := set.Len() - from
+// nearly every recent acquisition found its keys free (contention.go).
+func (e *Engine) bareFits(n int, r *protocol.Request, opt protocol.AttemptOptions) bool {
 	if n < 1 || n > BareMax || r.Who.Lease != "" || r.Fencing || r.MinReplicas > 0 || !e.scriptsRun.Load() || opt.Mode == protocol.Confirm {
 		return false
 	}
@@ -48,7 +47,7 @@ func (e *Engine) bareFits(set *protocol.Set, from int, r *protocol.Request, opt 
 	// Where batches collide in Redis, a bare attempt that fails costs a
 	// round trip more than the script alone, and its partial holds get in
 	// others' way until the script's answer trims them.
-	return e.contention.bare(set, from)
+	return e.contention.rate() < bareBelow
 }
 
 // takeBare takes keys from.. of set with SET key token NX PX ttl, bare

@@ -33,13 +33,13 @@ import (
 
 var _ protocol.Queuer = (*Engine)(nil)
 
-// Contended reports whether a Lock of set should wait by reservation
-// without a first attempt (protocol.Queuer): while it finds its keys free
-// at most half the time, by the slots' recent contacts (contention.go).
-func (e *Engine) Contended(set *protocol.Set) bool { return e.contention.contended(set) }
+// Contended reports whether a Lock should wait by reservation without a
+// first attempt (protocol.Queuer): while at least half of this Engine's
+// recent acquisitions met a key they could not take (contention.go).
+func (e *Engine) Contended() bool { return e.contention.rate() >= contendedAt }
 
 // Met records an acquisition's first contact (protocol.Queuer).
-func (e *Engine) Met(set *protocol.Set, upto int, held []int) { e.contention.met(set, upto, held) }
+func (e *Engine) Met(conflict bool) { e.contention.note(conflict) }
 
 // srvClock is the Engine's latest sample of server time, for tickets.
 type srvClock struct {

@@ -37,14 +37,9 @@ func (f *metQueuer) Extend(context.Context, *Set, []int, Who, time.Duration) Own
 func (f *metQueuer) Wait(context.Context, *Set, int, Conflict, *Request, int, time.Duration) error {
 	return nil
 }
-func (f *metQueuer) RefreshesHeld() bool { return true }
-func (f *metQueuer) Contended(*Set) bool { return f.contended }
-func (f *metQueuer) Met(set *Set, upto int, held []int) {
-	if upto != set.Len() {
-		panic("one key: the first contact reaches it")
-	}
-	f.met = append(f.met, slices.Equal(held, []int{0}))
-}
+func (f *metQueuer) RefreshesHeld() bool                                 { return true }
+func (f *metQueuer) Contended() bool                                     { return f.contended }
+func (f *metQueuer) Met(conflict bool)                                   { f.met = append(f.met, conflict) }
 func (f *metQueuer) Ticket(context.Context) (string, error)              { return "1", nil }
 func (f *metQueuer) Listen(*Request, int) (msgs <-chan Msg, stop func()) { return f.msgs, func() {} }
 

@@ -282,7 +282,7 @@ func TryLock(ctx context.Context, s Strategy, set *Set, r *Request) (Grant, erro
 		r.Stats.attempt(&a)
 		q.record(&a, 0, t0)
 		if qs, ok := s.(Queuer); ok && round == 0 && a.Err == nil {
-			qs.Met(set, set.Len(), heldBy(&a, set.Len())) // all or nothing: every key tried
+			qs.Met(a.FirstFailure(0) < set.Len()) // as Lock's first attempt
 		}
 		var err error
 		if a.FirstFailure(0) == set.Len() {
@@ -325,7 +325,7 @@ func Lock(ctx context.Context, s Strategy, set *Set, r *Request) (Grant, error) 
 	// waits counts the waits for it (the backoff's attempt).
 	waits, lastWait := 0, -1
 	giveUp := func(cause error) (Grant, error) { return q.giveUp(ctx, cause) }
-	if qs, ok := s.(Queuer); ok && qs.Contended(set) {
+	if qs, ok := s.(Queuer); ok && qs.Contended() {
 		if ticket, err := qs.Ticket(ctx); err == nil {
 			return lockByReservation(ctx, qs, q, ticket, true)
 		}
@@ -353,9 +353,7 @@ func Lock(ctx context.Context, s Strategy, set *Set, r *Request) (Grant, error) 
 		f := a.FirstFailure(from)
 		failure := a.Err
 		if qs, ok := s.(Queuer); ok && first && failure == nil {
-			// A prefix attempt tried the keys up to its first failure.
-			upto := min(f+1, n)
-			qs.Met(set, upto, heldBy(&a, upto))
+			qs.Met(f < n)
 		}
 		if f == n {
 			g, bad, err := q.finish(ctx, &a, t0)
@@ -439,36 +437,17 @@ func (st *Stats) attempt(a *Attempt) {
 	}
 }
 
-// conflicts counts n keys found held outside an attempt: those a first
-// reserve round (of a Lock that skipped its attempt) queued behind.
-func (st *Stats) conflicts(n int) {
-	if st != nil {
-		st.Conflicts += n
+// queuedBehind counts as conflicts the keys a first reserve round (of a
+// Lock that skipped its attempt) found held: it queued behind them.
+func (st *Stats) queuedBehind(res Reservations) {
+	if st == nil {
+		return
 	}
-}
-
-// queuedBehind lists, ascending, the keys a reserve round found held by
-// others: it stands in their lines.
-func queuedBehind(res Reservations) []int {
-	var out []int
-	for i, k := range res.Keys {
+	for _, k := range res.Keys {
 		if k.Entry > 0 {
-			out = append(out, i)
+			st.Conflicts++
 		}
 	}
-	return out
-}
-
-// heldBy lists, ascending, the keys of a's conflicts below upto: those it
-// found held by others.
-func heldBy(a *Attempt, upto int) []int {
-	var out []int
-	for _, c := range a.Conflicts {
-		if c.Index < upto {
-			out = append(out, c.Index)
-		}
-	}
-	return out
 }
 
 // now is the start of a wait, read only when counting.

@@ -18,12 +18,11 @@ type Queuer interface {
 	// reserve at once: where batches collide in Redis, a first attempt
 	// that fails costs a round trip and holds keys others wait for until
 	// the Reserve after it.
-	Contended(set *Set) bool
-	// Met records an acquisition's first contact with Redis (its first
-	// attempt, or the first Reserve of a Lock that skipped it): keys [0,
-	// upto) of set were contacted, and held lists, ascending, those found
-	// held by others: what Contended decides by.
-	Met(set *Set, upto int, held []int)
+	Contended() bool
+	// Met records whether an acquisition's first contact with Redis (its
+	// first attempt, or the first Reserve of a Lock that skipped it) met
+	// a key it could not take: what Contended decides by.
+	Met(conflict bool)
 	// Ticket returns a new acquisition's ticket: its age, the same in
 	// every call it makes (an estimate of the servers' time; it decides
 	// order only, never exclusion).
@@ -235,9 +234,8 @@ func lockByReservation(ctx context.Context, s Queuer, q *acquisition, ticket str
 			if skipped && seq == 1 {
 				// This round was the acquisition's first contact: what
 				// it found held counts as an attempt's conflicts would.
-				held := queuedBehind(res)
-				s.Met(set, n, held)
-				r.Stats.conflicts(len(held))
+				s.Met(!ws.ready())
+				r.Stats.queuedBehind(res)
 			}
 			next := QueuedRefresh
 			if res.Deaf || ws.anyMine() {

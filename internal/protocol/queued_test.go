@@ -45,8 +45,8 @@ func (f *staleQueuer) Wait(context.Context, *Set, int, Conflict, *Request, int, 
 }
 func (f *staleQueuer) Leave(context.Context, *Set, int, *Request)          {}
 func (f *staleQueuer) RefreshesHeld() bool                                 { return true }
-func (f *staleQueuer) Contended(*Set) bool                                 { return true }
-func (f *staleQueuer) Met(*Set, int, []int)                                {}
+func (f *staleQueuer) Contended() bool                                     { return true }
+func (f *staleQueuer) Met(bool)                                            {}
 func (f *staleQueuer) Ticket(context.Context) (string, error)              { return "1", nil }
 func (f *staleQueuer) Listen(*Request, int) (msgs <-chan Msg, stop func()) { return f.msgs, func() {} }
 
