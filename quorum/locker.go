@@ -123,14 +123,21 @@ func (l *Locker) closeDeployments() {
 // On failure nothing is held anywhere (keys on a deployment that cannot be
 // reached expire by their TTL).
 func (l *Locker) Lock(ctx context.Context, keys ...string) (*Lease, error) {
+	var last error // the last attempt that ended for a reason of its own
 	for round := 0; ; round++ {
 		le, err := l.attempt(ctx, keys)
 		if err == nil || l.hopeless(err) {
 			return le, err
 		}
 		if ctx.Err() != nil {
+			// An attempt that ctx cut short says only that: the one
+			// before it says why the deployments refused.
+			if last != nil && !errors.Is(err, ErrNoQuorum) {
+				err = last
+			}
 			return nil, fmt.Errorf("slotlock/quorum: lock: %w (last attempt: %w)", context.Cause(ctx), err)
 		}
+		last = err
 		if serr := protocol.SleepCtx(ctx, retryPause(round)); serr != nil {
 			return nil, fmt.Errorf("slotlock/quorum: lock: %w (last attempt: %w)", serr, err)
 		}
