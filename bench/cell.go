@@ -152,12 +152,7 @@ func Contended(name string, rtt time.Duration) Cell {
 func ProcCells(rtt time.Duration) []Cell {
 	var out []Cell
 	for _, p := range ProcsSplits {
-		c := Contended("slotlock", rtt)
-		c.Procs = p
-		if m := SharedMaxProcs(p); m < runtime.NumCPU() {
-			c.MaxProcs = m
-		}
-		out = append(out, c)
+		out = append(out, inProcs(Contended("slotlock", rtt), p))
 	}
 	return out
 }
@@ -209,7 +204,14 @@ const (
 // Locker; "slotlock-multi": one per worker) over procs processes (0: this
 // one), each with its share of the machine's CPUs.
 func WideCell(name string, procs int) Cell {
-	c := Cell{Contender: name, K: WideK, W: WideW, Hot: WideHot, RTT: FarRTT, Procs: procs}
+	return inProcs(Cell{Contender: name, K: WideK, W: WideW, Hot: WideHot, RTT: FarRTT}, procs)
+}
+
+// inProcs spreads cell c's workers over procs processes (0: this one),
+// each with its share of the machine's CPUs (SharedMaxProcs; Go's
+// default where that is every CPU).
+func inProcs(c Cell, procs int) Cell {
+	c.Procs = procs
 	if m := SharedMaxProcs(procs); procs > 0 && m < runtime.NumCPU() {
 		c.MaxProcs = m
 	}

@@ -3,7 +3,6 @@ package bench
 import (
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 	"time"
 )
@@ -120,10 +119,8 @@ func KindCell(kind string, rtt time.Duration, procs int) Cell {
 		c.K = 0
 	}
 	if procs > 0 {
-		c.Contender, c.Procs = "slotlock", procs
-		if m := SharedMaxProcs(procs); m < runtime.NumCPU() {
-			c.MaxProcs = m
-		}
+		c.Contender = "slotlock"
+		c = inProcs(c, procs)
 	}
 	return c
 }
